@@ -1,0 +1,63 @@
+"""nbrmm: nanobind bindings for librmm, the RAPIDS Memory Manager.
+
+One memory manager that Python and C++ agree on: the current device resource lives in
+librmm's per-device map, every allocating call takes ``mr=``, and resources, buffers and
+the Python callables behind them are kept alive by whoever uses them, C++ included.
+"""
+
+import atexit as _atexit
+
+import librmm as _librmm
+
+_librmm.load_library()
+
+from nbrmm import _nbrmm  # noqa: E402
+from nbrmm._nbrmm import (  # noqa: E402
+    DEFAULT_STREAM,
+    LEGACY_DEFAULT_STREAM,
+    PER_THREAD_DEFAULT_STREAM,
+    BadAlloc,
+    Buffer,
+    CudaError,
+    CudaStreamFlags,
+    CudaStreamPool,
+    DeviceBuffer,
+    LogicError,
+    OutOfMemory,
+    Stream,
+    available_device_memory,
+    get_current_device,
+    get_device_count,
+    get_device_info,
+    set_current_device,
+    to_device,
+)
+from nbrmm import mr  # noqa: E402
+from nbrmm._version import __version__  # noqa: E402
+
+# Python objects held in librmm's per-device map are released before the interpreter
+# shuts down; C++ keeps using the resources themselves.
+_atexit.register(_nbrmm._release_python_objects)
+
+__all__ = [
+    "BadAlloc",
+    "Buffer",
+    "CudaError",
+    "CudaStreamFlags",
+    "CudaStreamPool",
+    "DEFAULT_STREAM",
+    "DeviceBuffer",
+    "LEGACY_DEFAULT_STREAM",
+    "LogicError",
+    "OutOfMemory",
+    "PER_THREAD_DEFAULT_STREAM",
+    "Stream",
+    "__version__",
+    "available_device_memory",
+    "get_current_device",
+    "get_device_count",
+    "get_device_info",
+    "mr",
+    "set_current_device",
+    "to_device",
+]

@@ -1,0 +1,64 @@
+"""Memory resources and the current device resource (rmm.mr-compatible namespace)."""
+
+import contextlib as _contextlib
+
+from nbrmm._nbrmm import get_current_device as _get_current_device
+
+from nbrmm._nbrmm import (
+    CallbackMemoryResource,
+    CudaMemoryResource,
+    DeviceMemoryResource,
+    UpstreamResourceAdaptor,
+    available_device_memory,
+    get_current_device_resource,
+    get_per_device_resource,
+    is_initialized,
+    reset_per_device_resource,
+    set_current_device_resource,
+    set_per_device_resource,
+)
+
+
+
+@_contextlib.contextmanager
+def using_device_resource(mr, device=None):
+    """Make ``mr`` the resource of ``device`` for the duration of a ``with`` block.
+
+    The previous resource is restored on exit, also when the block raises. Both Python
+    and C++ see ``mr`` inside the block (it is written to librmm's per-device map).
+
+    Parameters
+    ----------
+    mr : DeviceMemoryResource
+        The resource to use.
+    device : int, optional
+        The device; the current device when omitted.
+
+    Yields
+    ------
+    DeviceMemoryResource
+        ``mr``.
+    """
+    dev = _get_current_device() if device is None else device
+    previous = get_per_device_resource(dev)
+    set_per_device_resource(dev, mr)
+    try:
+        yield mr
+    finally:
+        set_per_device_resource(dev, previous)
+
+
+__all__ = [
+    "CallbackMemoryResource",
+    "CudaMemoryResource",
+    "DeviceMemoryResource",
+    "UpstreamResourceAdaptor",
+    "available_device_memory",
+    "get_current_device_resource",
+    "get_per_device_resource",
+    "is_initialized",
+    "reset_per_device_resource",
+    "set_current_device_resource",
+    "set_per_device_resource",
+    "using_device_resource",
+]

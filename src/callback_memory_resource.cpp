@@ -1,0 +1,75 @@
+// nbrmm.mr.CallbackMemoryResource (rmm/mr/callback_memory_resource.hpp): allocation by
+// Python callables. Unlike rmm, the callables are owned by the C++ resource itself, so
+// any C++ copy of it (in a buffer, an adaptor, the per-device map, another extension)
+// keeps them alive and can never call a freed Python object.
+#include "nb_rmm.hpp"
+
+#include <string>
+
+namespace nbrmm {
+namespace {
+
+struct CallbackMemoryResource : DeviceMemoryResource {};
+
+void require_callable(nb::handle fn, char const* param)
+{
+  if (!PyCallable_Check(fn.ptr())) {
+    throw nb::type_error((std::string{param} + ": expected a callable, got " +
+                          nb::type_name(fn.type()).c_str())
+                           .c_str());
+  }
+}
+
+}  // namespace
+
+void bind_callback_memory_resource(nb::module_& m)
+{
+  resource_class<CallbackMemoryResource>(m, "CallbackMemoryResource", R"doc(
+A memory resource that allocates and frees through Python callables.
+
+Parameters
+----------
+allocate_func : callable
+    ``allocate_func(nbytes: int, stream: Stream) -> int`` returns a pointer; it may raise
+    (``MemoryError`` for a failed allocation), and the exception reaches the Python code
+    whose call triggered the allocation.
+deallocate_func : callable
+    ``deallocate_func(ptr: int, nbytes: int, stream: Stream) -> None``. Exceptions are
+    reported as unraisable (a deallocation cannot fail).
+
+Notes
+-----
+Both callables are owned by the C++ resource and every C++ copy of it; they run with the
+GIL held. The memory is treated as device-accessible.)doc")
+    .def(
+      "__init__",
+      [](CallbackMemoryResource* self, nb::handle allocate_func, nb::handle deallocate_func) {
+        require_callable(allocate_func, "allocate_func");
+        require_callable(deallocate_func, "deallocate_func");
+        new (self) CallbackMemoryResource{};
+        self->device = current_device();
+        self->res    = device_resource{python_resource{allocate_func, deallocate_func}};
+      },
+      nb::arg("allocate_func"), nb::arg("deallocate_func"))
+    .def_prop_ro(
+      "allocate_func",
+      [](CallbackMemoryResource& self) {
+        auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
+        return nb::borrow(py->callbacks().allocate.get());
+      },
+      "The allocation callable.")
+    .def_prop_ro(
+      "deallocate_func",
+      [](CallbackMemoryResource& self) {
+        auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
+        return nb::borrow(py->callbacks().deallocate.get());
+      },
+      "The deallocation callable.");
+
+  register_wrapper([](device_resource const& res, int device) -> nb::object {
+    if (cuda::mr::resource_cast<python_resource>(&res) == nullptr) { return nb::object{}; }
+    return make_resource_object<CallbackMemoryResource>(res, device);
+  });
+}
+
+}  // namespace nbrmm

@@ -1,0 +1,153 @@
+// Device queries of rmm/cuda_device.hpp. None of these abort without a GPU: they either
+// report "no device" (-1 / 0) or raise nbrmm.CudaError.
+#include "nb_rmm.hpp"
+
+#include <rmm/cuda_device.hpp>
+
+#include <string>
+
+namespace nbrmm {
+namespace {
+
+void check(cudaError_t status, char const* what)
+{
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                          cudaGetErrorString(status)};
+  }
+}
+
+int device_count() noexcept
+{
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void check_device(int device)
+{
+  int const count = device_count();
+  if (device < 0 || device >= count) {
+    throw nb::value_error(("device " + std::to_string(device) + " does not exist (this machine has " +
+                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")")
+                            .c_str());
+  }
+}
+
+}  // namespace
+
+void bind_cuda_device(nb::module_& m)
+{
+  m.def("get_device_count", &device_count,
+        R"doc(Number of CUDA devices visible to this process.
+
+Returns
+-------
+int
+    0 when there is no GPU or no usable driver (never raises).)doc");
+
+  m.def(
+    "get_current_device", []() { return current_device(); },
+    R"doc(The current CUDA device of the calling thread, as librmm reports it.
+
+Returns
+-------
+int
+    The device id, or -1 when there is no usable GPU.)doc");
+
+  m.def(
+    "set_current_device",
+    [](int device) {
+      check_device(device);
+      nb::gil_scoped_release release;
+      check(cudaSetDevice(device), "cudaSetDevice");
+    },
+    nb::arg("device"),
+    R"doc(Make ``device`` the current CUDA device of the calling thread.
+
+Raises
+------
+ValueError
+    If the device does not exist.)doc");
+
+  m.def(
+    "available_device_memory",
+    [](std::optional<int> device) {
+      if (device.has_value()) {
+        check_device(*device);
+        nb::gil_scoped_release release;
+        rmm::cuda_set_device_raii guard{rmm::cuda_device_id{*device}};
+        return rmm::available_device_memory();
+      }
+      nb::gil_scoped_release release;
+      return rmm::available_device_memory();
+    },
+    nb::arg("device") = nb::none(),
+    R"doc(Free and total memory of a device.
+
+Parameters
+----------
+device : int, optional
+    The device to query; the current device when omitted.
+
+Returns
+-------
+tuple[int, int]
+    ``(free, total)`` in bytes.
+
+Raises
+------
+nbrmm.CudaError
+    Without a usable GPU.)doc");
+
+  m.def(
+    "get_device_info",
+    [](int device) {
+      check_device(device);
+      cudaDeviceProp prop{};
+      check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+      nb::dict info;
+      info["name"]               = std::string{prop.name};
+      info["total_memory"]       = prop.totalGlobalMem;
+      info["compute_capability"] = nb::make_tuple(prop.major, prop.minor);
+      info["multiprocessors"]    = prop.multiProcessorCount;
+      info["pci_bus_id"]         = prop.pciBusID;
+      return info;
+    },
+    nb::arg("device"),
+    R"doc(Name, memory and compute capability of a device.
+
+Returns
+-------
+dict
+    Keys ``name``, ``total_memory``, ``compute_capability``, ``multiprocessors``,
+    ``pci_bus_id``.)doc");
+
+  m.def(
+    "get_versions",
+    []() {
+      int driver = 0;
+      int runtime = 0;
+      if (cudaDriverGetVersion(&driver) != cudaSuccess) { driver = 0; }
+      if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) { runtime = 0; }
+      cudaGetLastError();
+      nb::dict v;
+      v["cuda_driver"]  = driver;
+      v["cuda_runtime"] = runtime;
+      v["nanobind"]     = NB_VERSION_MAJOR * 10000 + NB_VERSION_MINOR * 100 + NB_VERSION_PATCH;
+      return v;
+    },
+    R"doc(Versions of the CUDA driver and runtime nbrmm runs with.
+
+Returns
+-------
+dict
+    ``cuda_driver`` and ``cuda_runtime`` as CUDA encodes them (e.g. 13000), 0 when
+    unavailable, and ``nanobind``.)doc");
+}
+
+}  // namespace nbrmm

@@ -1,0 +1,245 @@
+// nbrmm.Stream (rmm/cuda_stream.hpp): an owned CUDA stream, or a non-owning view of any
+// object that implements the `__cuda_stream__` protocol, which it keeps alive.
+#include "nb_rmm.hpp"
+
+#include <rmm/cuda_stream.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace nbrmm {
+namespace {
+
+PyTypeObject* stream_type = nullptr;  // nbrmm.Stream, for the fast path of stream_arg
+PyObject* default_stream_obj = nullptr;  // nbrmm.DEFAULT_STREAM (borrowed: the module holds it)
+
+cudaStream_t handle_from_int(nb::handle value, char const* param)
+{
+  if (!PyLong_Check(value.ptr())) {
+    throw nb::type_error(
+      (std::string{param} + ": the stream handle must be an int, got " +
+       nb::type_name(value.type()).c_str())
+        .c_str());
+  }
+  auto const raw = PyLong_AsUnsignedLongLong(value.ptr());
+  if (raw == static_cast<unsigned long long>(-1) && PyErr_Occurred()) { throw nb::python_error(); }
+  return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(raw));
+}
+
+/// The handle of a foreign stream object, or false when `obj` is not stream-like.
+bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out)
+{
+  if (nb::hasattr(obj, "__cuda_stream__")) {
+    nb::object proto = obj.attr("__cuda_stream__")();
+    if (!nb::isinstance<nb::tuple>(proto) || nb::len(proto) != 2) {
+      throw nb::type_error((std::string{param} +
+                            ": __cuda_stream__() must return a (version, handle) tuple")
+                             .c_str());
+    }
+    out = handle_from_int(proto[1], param);
+    return true;
+  }
+  // Older spellings: CuPy (.ptr), PyTorch (.cuda_stream), numba-cuda (.handle).
+  for (char const* attr : {"cuda_stream", "ptr"}) {
+    if (nb::hasattr(obj, attr)) {
+      out = handle_from_int(obj.attr(attr), param);
+      return true;
+    }
+  }
+  if (nb::hasattr(obj, "handle")) {
+    nb::object h = obj.attr("handle");
+    if (nb::hasattr(h, "value")) { h = h.attr("value"); }
+    if (h.is_none()) {
+      out = nullptr;
+      return true;
+    }
+    out = handle_from_int(h, param);
+    return true;
+  }
+  return false;
+}
+
+[[noreturn]] void not_a_stream(nb::handle obj, char const* param)
+{
+  throw nb::type_error((std::string{param} +
+                        ": expected an nbrmm.Stream or an object implementing __cuda_stream__, "
+                        "got " +
+                        nb::type_name(obj.type()).c_str())
+                         .c_str());
+}
+
+Stream make_view(nb::handle obj, char const* param)
+{
+  Stream s;
+  if (nb::isinstance<Stream>(obj)) {
+    Stream const& other = nb::cast<Stream const&>(obj);
+    s.handle            = other.handle;
+    s.owned             = other.owned;
+    s.owner             = other.owner.is_valid() ? other.owner : nb::borrow(obj);
+    return s;
+  }
+  if (!foreign_handle(obj, param, s.handle)) { not_a_stream(obj, param); }
+  s.owner = nb::borrow(obj);
+  return s;
+}
+
+std::uintptr_t handle_int(Stream const& s) { return reinterpret_cast<std::uintptr_t>(s.handle); }
+
+int stream_traverse(PyObject* self, visitproc visit, void* arg)
+{
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) { return 0; }
+  Stream* s = nb::inst_ptr<Stream>(self);
+  Py_VISIT(s->owner.ptr());
+  return 0;
+}
+
+int stream_clear(PyObject* self)
+{
+  Stream* s = nb::inst_ptr<Stream>(self);
+  s->owner.reset();
+  return 0;
+}
+
+PyType_Slot stream_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(stream_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(stream_clear)},
+                              {0, nullptr}};
+
+}  // namespace
+
+cuda::stream_ref stream_arg(nb::handle obj, char const* param)
+{
+  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
+    return nb::inst_ptr<Stream>(obj)->ref();
+  }
+  cudaStream_t handle{};
+  if (obj.is_none() || !foreign_handle(obj, param, handle)) { not_a_stream(obj, param); }
+  return cuda::stream_ref{handle};
+}
+
+nb::object stream_object(nb::handle obj, char const* param)
+{
+  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) { return nb::borrow(obj); }
+  if (obj.is_none()) { not_a_stream(obj, param); }
+  return nb::cast(make_view(obj, param));
+}
+
+nb::object stream_for_handle(cudaStream_t handle)
+{
+  Stream s;
+  s.handle = handle;
+  return nb::cast(std::move(s));
+}
+
+nb::handle default_stream() { return default_stream_obj; }
+
+void bind_cuda_stream(nb::module_& m)
+{
+  nb::enum_<rmm::cuda_stream::flags>(m, "CudaStreamFlags", nb::is_arithmetic(),
+                                     "Flags for creating a new CUDA stream.")
+    .value("SYNC_DEFAULT", rmm::cuda_stream::flags::sync_default,
+           "The stream synchronizes with the legacy default stream.")
+    .value("NON_BLOCKING", rmm::cuda_stream::flags::non_blocking,
+           "The stream does not synchronize with the legacy default stream.");
+
+  auto cls = nb::class_<Stream>(m, "Stream", nb::type_slots(stream_slots), nb::is_weak_referenceable(), R"doc(
+A CUDA stream.
+
+``Stream()`` creates and owns a new stream (destroyed when the last object using it
+goes away). ``Stream(obj)`` wraps, without owning, any object that implements the
+``__cuda_stream__`` protocol (CuPy, PyTorch, cuda.core, numba-cuda streams) or another
+``Stream``, and keeps ``obj`` alive.
+
+Parameters
+----------
+obj : object, optional
+    The stream to wrap. When omitted, a new stream is created.
+flags : CudaStreamFlags, optional
+    Creation flags of a new stream (only when ``obj`` is omitted).
+
+Raises
+------
+TypeError
+    If ``obj`` is not stream-like, or ``flags`` is given together with ``obj``.
+nbrmm.CudaError
+    If a new stream cannot be created (e.g. no GPU).)doc");
+
+  cls.def(
+       "__init__",
+       [](Stream* self, nb::handle obj, std::optional<rmm::cuda_stream::flags> flags) {
+         if (obj.is_none()) {
+           auto const f = flags.value_or(rmm::cuda_stream::flags::sync_default);
+           std::shared_ptr<rmm::cuda_stream> owned;
+           {
+             nb::gil_scoped_release release;
+             owned = std::make_shared<rmm::cuda_stream>(f);
+           }
+           new (self) Stream{owned->value(), std::move(owned), nb::object{}};
+           return;
+         }
+         if (flags.has_value()) {
+           throw nb::type_error("Stream: flags can only be given when creating a new stream");
+         }
+         new (self) Stream{make_view(obj, "obj")};
+       },
+       nb::arg("obj") = nb::none(), nb::arg("flags") = nb::none())
+    .def(
+      "__cuda_stream__",
+      [](Stream const& s) { return nb::make_tuple(0, handle_int(s)); },
+      "The CUDA stream protocol: ``(version, handle)``.")
+    .def(
+      "synchronize",
+      [](Stream const& s) {
+        nb::gil_scoped_release release;
+        auto const status = cudaStreamSynchronize(s.handle);
+        if (status != cudaSuccess) {
+          cudaGetLastError();
+          throw rmm::cuda_error{std::string{"cudaStreamSynchronize failed: "} +
+                                cudaGetErrorName(status) + ": " + cudaGetErrorString(status)};
+        }
+      },
+      "Block until all work queued on the stream has completed (releases the GIL).")
+    .def(
+      "is_default",
+      [](Stream const& s) { return s.handle == nullptr || s.handle == cudaStreamLegacy; },
+      "Whether this is the (legacy) default stream.")
+    .def(
+      "is_per_thread_default",
+      [](Stream const& s) { return s.handle == cudaStreamPerThread; },
+      "Whether this is the per-thread default stream.")
+    .def_prop_ro(
+      "handle", [](Stream const& s) { return handle_int(s); }, "The raw ``cudaStream_t`` as an int.")
+    .def_prop_ro(
+      "owner", [](Stream const& s) { return s.owner.is_valid() ? s.owner : nb::none(); },
+      "The wrapped Python object, or None when this Stream was not made from one.")
+    .def(
+      "__eq__",
+      [](Stream const& s, nb::handle other) -> nb::object {
+        if (!nb::isinstance<Stream>(other)) { return nb::borrow(Py_NotImplemented); }
+        return nb::bool_(s.handle == nb::inst_ptr<Stream>(other)->handle);
+      },
+      nb::is_operator())
+    .def("__hash__", [](Stream const& s) { return std::hash<std::uintptr_t>{}(handle_int(s)); })
+    .def("__repr__", [](Stream const& s) {
+      return "<nbrmm.Stream handle=0x" + [&] {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(handle_int(s)));
+        return std::string{buf};
+      }() + (s.owned ? " owned>" : ">");
+    });
+
+  stream_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+
+  auto constant = [&](char const* name, cudaStream_t handle) {
+    Stream s;
+    s.handle       = handle;
+    nb::object obj = nb::cast(std::move(s));
+    m.attr(name)   = obj;
+    return obj;
+  };
+  default_stream_obj = constant("DEFAULT_STREAM", nullptr).ptr();
+  constant("LEGACY_DEFAULT_STREAM", cudaStreamLegacy);
+  constant("PER_THREAD_DEFAULT_STREAM", cudaStreamPerThread);
+}
+
+}  // namespace nbrmm

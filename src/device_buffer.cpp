@@ -1,0 +1,631 @@
+// nbrmm.Buffer and the rmm-compatible nbrmm.DeviceBuffer (rmm/device_buffer.hpp).
+//
+// A Buffer owns an rmm::device_buffer, which owns a C++ copy of its resource, and keeps
+// the Python resource object (`mr`) and stream object alive. Every call that allocates
+// passes its resource to C++ explicitly; `mr=None` means the current device resource,
+// read from librmm's per-device map at call time.
+#include "nb_rmm.hpp"
+
+#include <nanobind/ndarray.h>
+
+#include <rmm/cuda_device.hpp>
+#include <rmm/device_buffer.hpp>
+#include <rmm/prefetch.hpp>
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+namespace nbrmm {
+namespace {
+
+struct Buffer {
+  std::optional<rmm::device_buffer> buf;  ///< empty once closed
+  nb::object mr;                          ///< the resource object that frees the memory
+  nb::object stream;                      ///< the stream the buffer is ordered on
+  int device{-1};                         ///< the device the memory lives on
+
+  Buffer() = default;
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&&) noexcept = default;
+  ~Buffer() { release(); }
+
+  rmm::device_buffer& get()
+  {
+    if (!buf.has_value()) { throw nb::value_error("the buffer is closed"); }
+    return *buf;
+  }
+
+  /// Frees the memory (ordered on the buffer's stream) without holding the GIL.
+  void release() noexcept
+  {
+    if (!buf.has_value()) { return; }
+    if (PyGILState_Check() != 0) {
+      nb::gil_scoped_release release;
+      buf.reset();
+    } else {
+      buf.reset();
+    }
+  }
+};
+
+struct DeviceBuffer : Buffer {};
+
+PyTypeObject* buffer_type = nullptr;
+
+Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
+
+[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
+{
+  cudaGetLastError();
+  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status)};
+}
+
+bool is_default(cuda::stream_ref s)
+{
+  return s.get() == nullptr || s.get() == cudaStreamLegacy;
+}
+
+/// cudaMemcpyAsync on `s`, synchronizing when `s` is the default stream (as rmm does).
+void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
+{
+  if (n == 0) { return; }
+  nb::gil_scoped_release release;
+  auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
+  if (status != cudaSuccess) { cuda_fail(status, "cudaMemcpyAsync"); }
+  if (is_default(s)) {
+    status = cudaStreamSynchronize(s.get());
+    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+  }
+}
+
+/// A contiguous Python buffer (host memory), released on scope exit.
+class host_view {
+ public:
+  host_view(nb::handle obj, bool writable, char const* param)
+  {
+    int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      nb::python_error err;
+      err.restore();
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      nb::object msg = nb::steal(PyObject_Str(value != nullptr ? value : Py_None));
+      bool const wrong_type = PyErr_GivenExceptionMatches(type, PyExc_TypeError) != 0;
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+      std::string text = std::string{param} + ": expected a C-contiguous" +
+                         (writable ? " writable" : "") + " buffer (bytes-like or NumPy array): " +
+                         nb::str(msg).c_str();
+      if (wrong_type) { throw nb::type_error(text.c_str()); }
+      throw nb::value_error(text.c_str());
+    }
+  }
+  host_view(host_view const&)            = delete;
+  host_view& operator=(host_view const&) = delete;
+  ~host_view() { PyBuffer_Release(&view_); }
+  [[nodiscard]] void* data() const noexcept { return view_.buf; }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+/// Pointer and size of a contiguous device array given by __cuda_array_interface__.
+std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* param)
+{
+  if (PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type)) {
+    auto& b = buffer_of(obj).get();
+    return {b.data(), b.size()};
+  }
+  if (!nb::hasattr(obj, "__cuda_array_interface__")) {
+    throw nb::type_error((std::string{param} +
+                          ": expected an object with __cuda_array_interface__, got " +
+                          nb::type_name(obj.type()).c_str())
+                           .c_str());
+  }
+  nb::dict cai = nb::cast<nb::dict>(obj.attr("__cuda_array_interface__"));
+  nb::tuple shape = nb::cast<nb::tuple>(cai["shape"]);
+  std::string typestr = nb::cast<std::string>(cai["typestr"]);
+  std::size_t itemsize = 0;
+  try {
+    itemsize = std::stoul(typestr.substr(2));
+  } catch (std::exception const&) {
+    throw nb::value_error((std::string{param} + ": bad typestr '" + typestr + "'").c_str());
+  }
+  std::size_t count = 1;
+  for (nb::handle dim : shape) { count *= nb::cast<std::size_t>(dim); }
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    nb::tuple strides = nb::cast<nb::tuple>(cai["strides"]);
+    std::size_t expected = itemsize;
+    for (std::size_t i = nb::len(shape); i-- > 0;) {
+      auto const extent = nb::cast<std::size_t>(shape[i]);
+      if (extent > 1 && nb::cast<std::size_t>(strides[i]) != expected) {
+        throw nb::value_error((std::string{param} + ": the device array is not C-contiguous").c_str());
+      }
+      expected *= extent;
+    }
+  }
+  nb::tuple data = nb::cast<nb::tuple>(cai["data"]);
+  auto const ptr = nb::cast<std::uintptr_t>(data[0]);
+  if (cai.contains("stream") && !cai["stream"].is_none()) {
+    // The producer asks consumers to order on its stream: wait for it.
+    auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
+    nb::gil_scoped_release release;
+    auto const status = cudaStreamSynchronize(producer);
+    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+  }
+  return {reinterpret_cast<void const*>(ptr), count * itemsize};
+}
+
+/// Creates a Buffer of class `cls` holding `b`.
+nb::object make_buffer(nb::handle cls, rmm::device_buffer&& b, nb::object mr, nb::object stream)
+{
+  nb::object obj = nb::inst_alloc(cls);
+  Buffer* self   = nb::inst_ptr<Buffer>(obj);
+  new (self) Buffer{};
+  self->device = current_device();
+  self->buf.emplace(std::move(b));
+  self->mr     = std::move(mr);
+  self->stream = std::move(stream);
+  nb::inst_mark_ready(obj);
+  return obj;
+}
+
+/// Allocates `n` bytes from `mr` (None: the current resource) and, when `src` is
+/// given, copies `n` bytes from it. Used by every constructor and copy.
+nb::object allocate_buffer(nb::handle cls,
+                           std::size_t n,
+                           void const* src,
+                           nb::handle mr_arg,
+                           nb::handle stream_arg_obj,
+                           std::size_t alignment = default_alignment)
+{
+  nb::object mr          = resource_or_current(mr_arg, "mr");
+  nb::object stream      = stream_object(stream_arg_obj, "stream");
+  cuda::stream_ref s     = nb::inst_ptr<Stream>(stream)->ref();
+  device_resource& res   = nb::inst_ptr<DeviceMemoryResource>(mr)->get();
+  std::optional<rmm::device_buffer> b;
+  {
+    nb::gil_scoped_release release;
+    b.emplace(n, alignment, s, res);
+  }
+  nb::object out = make_buffer(cls, std::move(*b), std::move(mr), std::move(stream));
+  if (src != nullptr) { copy_bytes(buffer_of(out).buf->data(), src, n, s); }
+  return out;
+}
+
+std::uintptr_t ptr_of(Buffer& self)
+{
+  return reinterpret_cast<std::uintptr_t>(self.get().data());
+}
+
+nb::object numpy_empty(std::size_t n)
+{
+  try {
+    nb::module_ np = nb::module_::import_("numpy");
+    return np.attr("empty")(n, "u1");
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_ImportError)) { throw; }
+    return nb::steal(PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n)));
+  }
+}
+
+nb::object copy_to_host(Buffer& self, nb::handle ary, nb::handle stream)
+{
+  auto& b            = self.get();
+  cuda::stream_ref s = stream_arg(stream, "stream");
+  nb::object out     = ary.is_none() ? numpy_empty(b.size()) : nb::borrow(ary);
+  host_view view{out, true, "ary"};
+  if (view.size() < b.size()) {
+    throw nb::value_error(("ary: too small (" + std::to_string(view.size()) + " bytes) for " +
+                           std::to_string(b.size()) + " bytes")
+                            .c_str());
+  }
+  copy_bytes(view.data(), b.data(), b.size(), s);
+  return out;
+}
+
+void copy_from_host(Buffer& self, nb::handle ary, nb::handle stream)
+{
+  auto& b            = self.get();
+  cuda::stream_ref s = stream_arg(stream, "stream");
+  host_view view{ary, false, "ary"};
+  if (view.size() > b.size()) {
+    throw nb::value_error(("ary: " + std::to_string(view.size()) +
+                           " bytes do not fit in a buffer of " + std::to_string(b.size()) +
+                           " bytes")
+                            .c_str());
+  }
+  copy_bytes(b.data(), view.data(), view.size(), s);
+}
+
+void copy_from_device(Buffer& self, nb::handle cuda_ary, nb::handle stream)
+{
+  auto& b            = self.get();
+  cuda::stream_ref s = stream_arg(stream, "stream");
+  auto [src, n]      = device_array(cuda_ary, "cuda_ary");
+  if (n > b.size()) {
+    throw nb::value_error(("cuda_ary: " + std::to_string(n) + " bytes do not fit in a buffer of " +
+                           std::to_string(b.size()) + " bytes")
+                            .c_str());
+  }
+  copy_bytes(b.data(), src, n, s);
+}
+
+nb::bytes to_bytes(Buffer& self, nb::handle stream)
+{
+  auto& b            = self.get();
+  cuda::stream_ref s = stream_arg(stream, "stream");
+  nb::object out     = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(b.size())));
+  if (!out.is_valid()) { throw nb::python_error(); }
+  copy_bytes(PyBytes_AS_STRING(out.ptr()), b.data(), b.size(), s);
+  if (!is_default(s)) {
+    nb::gil_scoped_release release;
+    auto const status = cudaStreamSynchronize(s.get());
+    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+  }
+  return nb::steal<nb::bytes>(out.release());
+}
+
+nb::object to_device(nb::handle cls, nb::handle b, nb::handle stream, nb::handle mr)
+{
+  host_view view{b, false, "b"};
+  return allocate_buffer(cls, view.size(), view.data(), mr, stream);
+}
+
+/// Runs `fn(buffer, stream)` with the buffer's device current, then records `stream`.
+template <class Fn>
+void on_buffer_stream(Buffer& self, nb::handle stream, Fn&& fn)
+{
+  auto& b            = self.get();
+  nb::object s_obj   = stream_object(stream, "stream");
+  cuda::stream_ref s = nb::inst_ptr<Stream>(s_obj)->ref();
+  {
+    nb::gil_scoped_release release;
+    std::optional<rmm::cuda_set_device_raii> guard;
+    if (self.device >= 0) { guard.emplace(rmm::cuda_device_id{self.device}); }
+    fn(b, s);
+  }
+  self.stream = std::move(s_obj);
+}
+
+nb::dict cuda_array_interface(Buffer& self)
+{
+  auto& b = self.get();
+  nb::dict cai;
+  cai["data"]    = nb::make_tuple(reinterpret_cast<std::uintptr_t>(b.data()), false);
+  cai["shape"]   = nb::make_tuple(b.size());
+  cai["strides"] = nb::none();
+  cai["typestr"] = "|u1";
+  cai["version"] = 3;
+  auto const handle = nb::inst_ptr<Stream>(self.stream)->handle;
+  // 0 is not a valid CAI stream value: the default stream is spelled 1 (legacy).
+  cai["stream"] = handle == nullptr ? std::uintptr_t{1} : reinterpret_cast<std::uintptr_t>(handle);
+  return cai;
+}
+
+/// Makes `consumer` wait for the work queued so far on the buffer's stream.
+void order_for_consumer(Buffer& self, nb::handle consumer)
+{
+  if (consumer.is_none()) { return; }
+  auto const value = nb::cast<long long>(consumer);
+  if (value == -1) { return; }  // the consumer asks for no synchronization
+  cudaStream_t const target =
+    value == 0 ? nullptr : reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(value));
+  cudaStream_t const producer = nb::inst_ptr<Stream>(self.stream)->handle;
+  if (target == producer) { return; }
+  nb::gil_scoped_release release;
+  cudaEvent_t event{};
+  auto status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (status != cudaSuccess) { cuda_fail(status, "cudaEventCreateWithFlags"); }
+  status = cudaEventRecord(event, producer);
+  if (status == cudaSuccess) { status = cudaStreamWaitEvent(target, event, 0); }
+  cudaEventDestroy(event);
+  if (status != cudaSuccess) { cuda_fail(status, "cudaStreamWaitEvent"); }
+}
+
+/// DLPack device type of the buffer's memory: CUDA, or CUDA host (pinned/managed).
+std::pair<int, int> dlpack_device(Buffer& self)
+{
+  self.get();
+  auto const* r = nb::inst_ptr<DeviceMemoryResource>(self.mr);
+  int const device = self.device < 0 ? 0 : self.device;
+  if (r->host_accessible) { return {static_cast<int>(nb::device::cuda_managed::value), device}; }
+  return {static_cast<int>(nb::device::cuda::value), device};
+}
+
+nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
+{
+  Buffer& self = buffer_of(py_self);
+  auto& b      = self.get();
+  order_for_consumer(self, stream);
+  auto const [type, id] = dlpack_device(self);
+  size_t shape[1]       = {b.size()};
+  nb::ndarray<> view(b.data(), 1, shape, py_self, nullptr, nb::dtype<std::uint8_t>(), type, id);
+  nb::object arr = nb::cast(view, nb::rv_policy::reference);
+  return arr.attr("__dlpack__")(**kwargs);
+}
+
+int buffer_traverse(PyObject* self, visitproc visit, void* arg)
+{
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) { return 0; }
+  Buffer* b = nb::inst_ptr<Buffer>(self);
+  Py_VISIT(b->mr.ptr());
+  Py_VISIT(b->stream.ptr());
+  return 0;
+}
+
+int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
+{
+  Buffer* b = nb::inst_ptr<Buffer>(self);
+  if (!b->buf.has_value()) {
+    PyErr_SetString(PyExc_ValueError, "the buffer is closed");
+    return -1;
+  }
+  if (!nb::inst_ptr<DeviceMemoryResource>(b->mr)->host_accessible) {
+    PyErr_SetString(PyExc_BufferError,
+                    "the buffer's memory is not host-accessible (use copy_to_host())");
+    return -1;
+  }
+  return PyBuffer_FillInfo(view, self, b->buf->data(), static_cast<Py_ssize_t>(b->buf->size()), 0,
+                           flags);
+}
+
+PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+                              {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
+                              {0, nullptr}};
+
+}  // namespace
+
+void bind_device_buffer(nb::module_& m)
+{
+  auto cls = nb::class_<Buffer>(m, "Buffer", nb::type_slots(buffer_slots), nb::is_weak_referenceable(), R"doc(
+A block of device memory owned by Python, allocated from an nbrmm resource.
+
+Parameters
+----------
+nbytes : int or str, optional
+    Size in bytes (``"1MiB"`` style strings accepted). 0 by default.
+mr : DeviceMemoryResource, optional
+    The resource to allocate from (and free to). Default: the current device resource,
+    read from librmm's per-device map at call time.
+stream : Stream or object with ``__cuda_stream__``, optional
+    The stream the allocation (and later the deallocation) is ordered on.
+alignment : int, optional
+    Required alignment (a power of two), 256 by default.
+
+Notes
+-----
+The buffer keeps ``mr`` and ``stream`` alive; its C++ part also owns a copy of the
+resource. Copies on the default stream synchronize; on any other stream they are
+asynchronous (synchronize the stream before reading the destination).)doc");
+  buffer_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+
+  cls.def(
+       "__init__",
+       [](Buffer* self, nb::handle nbytes, nb::handle mr, nb::handle stream, std::size_t alignment) {
+         std::size_t const n = parse_size(nbytes, "nbytes");
+         nb::object mr_obj   = resource_or_current(mr, "mr");
+         nb::object s_obj    = stream_object(stream, "stream");
+         cuda::stream_ref s  = nb::inst_ptr<Stream>(s_obj)->ref();
+         device_resource& res = nb::inst_ptr<DeviceMemoryResource>(mr_obj)->get();
+         new (self) Buffer{};
+         self->device = current_device();
+         {
+           nb::gil_scoped_release release;
+           self->buf.emplace(n, alignment, s, res);
+         }
+         self->mr     = std::move(mr_obj);
+         self->stream = std::move(s_obj);
+       },
+       nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
+       nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
+    .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
+    .def_prop_ro(
+      "size", [](Buffer& self) { return self.get().size(); }, "Size in bytes.")
+    .def_prop_ro(
+      "nbytes", [](Buffer& self) { return self.get().size(); }, "Size in bytes.")
+    .def("__len__", [](Buffer& self) { return self.get().size(); })
+    .def("__sizeof__", [](Buffer& self) { return self.buf.has_value() ? self.buf->size() : 0; })
+    .def(
+      "capacity", [](Buffer& self) { return self.get().capacity(); },
+      "Allocated capacity in bytes (at least ``size``).")
+    .def_prop_ro(
+      "mr", [](Buffer& self) { return self.mr; },
+      "The resource object that allocated the memory and will free it.")
+    .def_prop_ro(
+      "stream", [](Buffer& self) { return self.stream; },
+      "The stream the buffer's memory is ordered on.")
+    .def_prop_ro(
+      "device", [](Buffer& self) { return self.device; }, "The device the memory lives on.")
+    .def_prop_ro(
+      "alignment", [](Buffer& self) { return self.get().alignment(); },
+      "The alignment the memory was allocated with.")
+    .def_prop_ro(
+      "closed", [](Buffer& self) { return !self.buf.has_value(); },
+      "Whether :meth:`close` has freed the memory.")
+    .def(
+      "reserve",
+      [](Buffer& self, nb::handle new_capacity, nb::handle stream) {
+        std::size_t const n = parse_size(new_capacity, "new_capacity");
+        on_buffer_stream(self, stream, [n](auto& b, auto s) { b.reserve(n, s); });
+      },
+      nb::arg("new_capacity"), nb::arg("stream") = default_stream(),
+      "Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.")
+    .def(
+      "resize",
+      [](Buffer& self, nb::handle new_size, nb::handle stream) {
+        std::size_t const n = parse_size(new_size, "new_size");
+        on_buffer_stream(self, stream, [n](auto& b, auto s) { b.resize(n, s); });
+      },
+      nb::arg("new_size"), nb::arg("stream") = default_stream(),
+      "Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.")
+    .def(
+      "shrink_to_fit",
+      [](Buffer& self, nb::handle stream) {
+        on_buffer_stream(self, stream, [](auto& b, auto s) { b.shrink_to_fit(s); });
+      },
+      nb::arg("stream") = default_stream(), "Release unused capacity.")
+    .def(
+      "copy",
+      [](nb::handle py_self, nb::handle mr, nb::handle stream) {
+        Buffer& self = buffer_of(py_self);
+        auto& b      = self.get();
+        return allocate_buffer(py_self.type(), b.size(), b.data(), mr.is_none() ? self.mr : mr,
+                               stream.is_none() ? self.stream : stream, b.alignment());
+      },
+      nb::arg("mr") = nb::none(), nb::arg("stream") = nb::none(),
+      R"doc(A new buffer with the same contents.
+
+Parameters
+----------
+mr : DeviceMemoryResource, optional
+    Where to allocate the copy; the buffer's own resource by default (as rmm does).
+stream : Stream, optional
+    The stream of the copy; the buffer's own stream by default.)doc")
+    .def(
+      "__copy__",
+      [](nb::handle py_self) {
+        Buffer& self = buffer_of(py_self);
+        auto& b      = self.get();
+        return allocate_buffer(py_self.type(), b.size(), b.data(), self.mr, self.stream,
+                               b.alignment());
+      })
+    .def(
+      "__deepcopy__",
+      [](nb::handle py_self, nb::handle) {
+        Buffer& self = buffer_of(py_self);
+        auto& b      = self.get();
+        return allocate_buffer(py_self.type(), b.size(), b.data(), self.mr, self.stream,
+                               b.alignment());
+      },
+      nb::arg("memo"))
+    .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
+         nb::arg("stream") = default_stream(),
+         R"doc(Copy the contents to host memory.
+
+Parameters
+----------
+ary : writable C-contiguous buffer, optional
+    Destination of at least ``size`` bytes; a new ``numpy.uint8`` array when omitted.
+stream : Stream, optional
+    Asynchronous unless it is the default stream.
+
+Returns
+-------
+The destination.)doc")
+    .def("copy_from_host", &copy_from_host, nb::arg("ary"), nb::arg("stream") = default_stream(),
+         "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
+    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary"),
+         nb::arg("stream") = default_stream(),
+         "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
+         "bytes into the buffer.")
+    .def("tobytes", &to_bytes, nb::arg("stream") = default_stream(),
+         "The contents as ``bytes`` (always synchronizes).")
+    .def("__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); })
+    .def_static(
+      "to_device",
+      [](nb::handle b, nb::handle stream, nb::handle mr) {
+        return to_device(nb::handle{reinterpret_cast<PyObject*>(buffer_type)}, b, stream, mr);
+      },
+      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      "A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: "
+      "the current device resource).")
+    .def(
+      "prefetch",
+      [](Buffer& self, std::optional<int> device, nb::handle stream) {
+        auto& b            = self.get();
+        cuda::stream_ref s = stream.is_none() ? nb::inst_ptr<Stream>(self.stream)->ref()
+                                              : stream_arg(stream, "stream");
+        int const target   = device.value_or(self.device);
+        if (b.size() == 0) { return; }
+        nb::gil_scoped_release release;
+        rmm::prefetch(b.data(), b.size(), rmm::cuda_device_id{target}, s);
+      },
+      nb::arg("device") = nb::none(), nb::arg("stream") = nb::none(),
+      "Prefetch managed memory to ``device`` (``cudaCpuDeviceId`` = -1 for the host); a "
+      "no-op for memory that is not managed.")
+    .def(
+      "close", [](Buffer& self) { self.release(); },
+      "Free the memory now; any later use of the buffer raises ValueError.")
+    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+    .def(
+      "__exit__",
+      [](Buffer& self, nb::handle, nb::handle, nb::handle) { self.release(); },
+      nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none())
+    .def_prop_ro("__cuda_array_interface__", &cuda_array_interface,
+                 "CUDA array interface (version 3): a 1-D ``uint8`` array with its stream.")
+    .def("__dlpack__", &dlpack, nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("kwargs"),
+         "DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the "
+         "buffer's stream. The capsule keeps the buffer alive.")
+    .def(
+      "__dlpack_device__", [](Buffer& self) { return dlpack_device(self); },
+      "``(device_type, device_id)`` of the memory for DLPack.")
+    .def("__repr__", [](nb::handle py_self) {
+      Buffer& self = buffer_of(py_self);
+      if (!self.buf.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
+      char ptr[32];
+      std::snprintf(ptr, sizeof ptr, "0x%llx",
+                    static_cast<unsigned long long>(ptr_of(self)));
+      return "<" + std::string{nb::type_name(py_self.type()).c_str()} + " size=" +
+             std::to_string(self.buf->size()) + " ptr=" + ptr + ">";
+    });
+
+  nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
+                                   nb::is_weak_referenceable(), R"doc(
+rmm-compatible device buffer: ``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM,
+mr=None)``.
+
+Parameters
+----------
+ptr : int, optional
+    Host or device pointer to copy ``size`` bytes from (0: leave uninitialised).
+size : int, optional
+    Size in bytes.
+stream : Stream, optional
+    The stream of the allocation and copy.
+mr : DeviceMemoryResource, optional
+    The resource to allocate from; the current device resource by default.)doc")
+    .def(
+      "__init__",
+      [](DeviceBuffer* self, std::uintptr_t ptr, nb::handle size, nb::handle stream, nb::handle mr) {
+        std::size_t const n = parse_size(size, "size");
+        nb::object mr_obj   = resource_or_current(mr, "mr");
+        nb::object s_obj    = stream_object(stream, "stream");
+        cuda::stream_ref s  = nb::inst_ptr<Stream>(s_obj)->ref();
+        device_resource& res = nb::inst_ptr<DeviceMemoryResource>(mr_obj)->get();
+        new (self) DeviceBuffer{};
+        self->device = current_device();
+        {
+          nb::gil_scoped_release release;
+          self->buf.emplace(n, default_alignment, s, res);
+        }
+        self->mr     = std::move(mr_obj);
+        self->stream = std::move(s_obj);
+        if (ptr != 0) { copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n, s); }
+      },
+      nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,
+      nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none())
+    .def_static(
+      "to_device",
+      [](nb::handle b, nb::handle stream, nb::handle mr) {
+        return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
+      },
+      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      "A new DeviceBuffer holding a copy of the host buffer ``b``.");
+
+  m.def(
+    "to_device",
+    [](nb::handle b, nb::handle stream, nb::handle mr) {
+      return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
+    },
+    nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+    "A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, "
+    "default: the current device resource).");
+}
+
+}  // namespace nbrmm

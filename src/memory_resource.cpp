@@ -1,0 +1,434 @@
+// The resource base classes (rmm/resource_ref.hpp): nbrmm.mr.DeviceMemoryResource, which
+// owns a type-erased librmm resource, and UpstreamResourceAdaptor. Also the resource that
+// calls into Python, which backs CallbackMemoryResource and Python subclasses.
+#include "nb_rmm.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace nbrmm {
+
+// ------------------------------------------------------------------------------------
+// python_resource
+// ------------------------------------------------------------------------------------
+
+python_resource::python_resource(nb::handle allocate, nb::handle deallocate)
+  : state_{std::make_shared<state>(allocate, deallocate)}
+{
+}
+
+void* python_resource::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t)
+{
+  if (!nb::is_alive()) { throw rmm::bad_alloc{"the Python interpreter has shut down"}; }
+  nb::gil_scoped_acquire gil;
+  nb::object result = state_->allocate.get()(bytes, stream_for_handle(stream.get()));
+  if (!PyLong_Check(result.ptr())) {
+    throw nb::type_error(("allocate callback must return the pointer as an int, got " +
+                          std::string{nb::type_name(result.type()).c_str()})
+                           .c_str());
+  }
+  auto const raw = PyLong_AsUnsignedLongLong(result.ptr());
+  if (PyErr_Occurred()) { throw nb::python_error(); }
+  if (raw == 0 && bytes != 0) {
+    throw rmm::bad_alloc{"allocate callback returned a null pointer for " + std::to_string(bytes) +
+                         " bytes"};
+  }
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(raw));
+}
+
+void python_resource::deallocate(cuda::stream_ref stream,
+                                 void* ptr,
+                                 std::size_t bytes,
+                                 std::size_t) noexcept
+{
+  nb::detail::cleanup_guard guard{};
+  if (!guard) { return; }  // interpreter gone: nothing can free Python-managed memory
+  try {
+    state_->deallocate.get()(reinterpret_cast<std::uintptr_t>(ptr), bytes,
+                             stream_for_handle(stream.get()));
+  } catch (nb::python_error& e) {
+    e.discard_as_unraisable("nbrmm: exception in a deallocate callback");
+  } catch (std::exception const& e) {
+    PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "nbrmm: deallocate callback failed: %s", e.what());
+    if (PyErr_Occurred()) { PyErr_WriteUnraisable(nullptr); }
+  }
+}
+
+void* python_resource::allocate_sync(std::size_t bytes, std::size_t alignment)
+{
+  return allocate(cuda::stream_ref{cudaStream_t{nullptr}}, bytes, alignment);
+}
+
+void python_resource::deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+{
+  deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
+}
+
+// ------------------------------------------------------------------------------------
+// Arguments
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+PyTypeObject* resource_type = nullptr;  // nbrmm.mr.DeviceMemoryResource
+
+[[noreturn]] void size_error(char const* param, std::string const& why)
+{
+  throw nb::value_error((std::string{param} + ": " + why).c_str());
+}
+
+std::size_t parse_size_string(std::string const& text, char const* param)
+{
+  std::size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
+  std::size_t const start = i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == start) { size_error(param, "cannot parse a size from '" + text + "'"); }
+  double number = 0;
+  try {
+    number = std::stod(text.substr(start, i - start));
+  } catch (std::exception const&) {
+    size_error(param, "cannot parse a size from '" + text + "'");
+  }
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
+  std::string unit;
+  for (; i < text.size(); ++i) {
+    if (std::isspace(static_cast<unsigned char>(text[i]))) { break; }
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  }
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
+  if (i != text.size()) { size_error(param, "cannot parse a size from '" + text + "'"); }
+
+  static std::pair<char const*, double> const units[] = {
+    {"", 1.0},         {"b", 1.0},          {"k", 1e3},          {"kb", 1e3},
+    {"m", 1e6},        {"mb", 1e6},         {"g", 1e9},          {"gb", 1e9},
+    {"t", 1e12},       {"tb", 1e12},        {"p", 1e15},         {"pb", 1e15},
+    {"ki", 1024.0},    {"kib", 1024.0},     {"mi", 1048576.0},   {"mib", 1048576.0},
+    {"gi", 1073741824.0}, {"gib", 1073741824.0}, {"ti", 1099511627776.0},
+    {"tib", 1099511627776.0}, {"pi", 1125899906842624.0}, {"pib", 1125899906842624.0},
+  };
+  for (auto const& [name, factor] : units) {
+    if (unit == name) {
+      double const value = std::floor(number * factor);
+      if (!(value < 18446744073709551616.0)) {
+        size_error(param, "'" + text + "' is too large");
+      }
+      return static_cast<std::size_t>(value);
+    }
+  }
+  size_error(param, "unknown unit '" + unit + "' in '" + text + "'");
+}
+
+}  // namespace
+
+std::size_t parse_size(nb::handle obj, char const* param)
+{
+  if (PyLong_CheckExact(obj.ptr())) {
+    int overflow       = 0;
+    long long const v  = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow == 0 && v >= 0) { return static_cast<std::size_t>(v); }
+  }
+  if (PyBool_Check(obj.ptr())) {
+    throw nb::type_error((std::string{param} + ": expected a size in bytes, got bool").c_str());
+  }
+  if (PyUnicode_Check(obj.ptr())) { return parse_size_string(nb::cast<std::string>(obj), param); }
+  if (!PyIndex_Check(obj.ptr())) {
+    throw nb::type_error((std::string{param} + ": expected a size in bytes (int or str such as '1GiB'), got " +
+                          nb::type_name(obj.type()).c_str())
+                           .c_str());
+  }
+  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
+  if (!index.is_valid()) { throw nb::python_error(); }
+  if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) {
+    size_error(param, "must be non-negative, got " + std::string{nb::str(index).c_str()});
+  }
+  auto const v = PyLong_AsUnsignedLongLong(index.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    size_error(param, std::string{nb::str(index).c_str()} + " bytes is too large");
+  }
+  return static_cast<std::size_t>(v);
+}
+
+std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param)
+{
+  if (obj.is_none()) { return std::nullopt; }
+  return parse_size(obj, param);
+}
+
+device_resource& DeviceMemoryResource::get()
+{
+  if (!res.has_value()) {
+    throw nb::value_error("this memory resource was cleared by the garbage collector");
+  }
+  return res;
+}
+
+DeviceMemoryResource& resource_arg(nb::handle obj, char const* param)
+{
+  if (resource_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), resource_type) &&
+      nb::inst_ready(obj)) {
+    return *nb::inst_ptr<DeviceMemoryResource>(obj);
+  }
+  throw nb::type_error((std::string{param} +
+                        ": expected an nbrmm.mr.DeviceMemoryResource, got " +
+                        nb::type_name(obj.type()).c_str())
+                         .c_str());
+}
+
+// ------------------------------------------------------------------------------------
+// Wrapping C++ resources as Python objects
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<wrapper_fn>& wrappers()
+{
+  static std::vector<wrapper_fn> fns;
+  return fns;
+}
+
+}  // namespace
+
+void register_wrapper(wrapper_fn fn) { wrappers().push_back(fn); }
+
+nb::object wrap_resource(device_resource const& res, int device)
+{
+  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
+    if (owned->owner().is_valid()) { return nb::borrow(owned->owner()); }
+    return wrap_resource(owned->inner(), device);
+  }
+  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) {
+    // A Python subclass's resource calls its bound methods: hand back that object.
+    nb::handle fn = py->callbacks().allocate.get();
+    if (nb::hasattr(fn, "__self__")) {
+      nb::object self = fn.attr("__self__");
+      if (PyType_IsSubtype(Py_TYPE(self.ptr()), resource_type)) { return self; }
+    }
+  }
+  for (wrapper_fn fn : wrappers()) {
+    if (nb::object obj = fn(res, device); obj.is_valid()) { return obj; }
+  }
+  return make_resource_object<DeviceMemoryResource>(res, device);
+}
+
+// ------------------------------------------------------------------------------------
+// GC support
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+/// The Python callables that only this object owns (no C++ copy shares them).
+python_resource const* exclusive_python_resource(DeviceMemoryResource& r)
+{
+  if (!r.res.has_value()) { return nullptr; }
+  auto const* py = cuda::mr::resource_cast<python_resource>(&r.res);
+  return (py != nullptr && py->use_count() == 1) ? py : nullptr;
+}
+
+int resource_traverse(PyObject* self, visitproc visit, void* arg)
+{
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) { return 0; }
+  auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
+  Py_VISIT(r->upstream.ptr());
+  Py_VISIT(r->keep.ptr());
+  if (auto const* py = exclusive_python_resource(*r)) {
+    Py_VISIT(py->callbacks().allocate.get().ptr());
+    Py_VISIT(py->callbacks().deallocate.get().ptr());
+  }
+  return 0;
+}
+
+int resource_clear(PyObject* self)
+{
+  if (!nb::inst_ready(self)) { return 0; }
+  auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
+  r->upstream.reset();
+  r->keep.reset();
+  if (exclusive_python_resource(*r) != nullptr) { r->res = device_resource{}; }
+  return 0;
+}
+
+}  // namespace
+
+PyType_Slot resource_type_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(resource_traverse)},
+                                     {Py_tp_clear, reinterpret_cast<void*>(resource_clear)},
+                                     {0, nullptr}};
+
+// ------------------------------------------------------------------------------------
+// Bindings
+// ------------------------------------------------------------------------------------
+
+namespace {
+
+bool overrides(nb::handle self, char const* name, nb::handle base)
+{
+  nb::object mine   = nb::getattr(self.type(), name, nb::none());
+  nb::object theirs = nb::getattr(base, name, nb::none());
+  return !mine.is_none() && !mine.is(theirs);
+}
+
+std::size_t resource_identity(nb::handle self)
+{
+  auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+  if (!r.res.has_value()) { return 0; }
+  if (auto const* py = cuda::mr::resource_cast<python_resource>(&r.res)) {
+    return std::hash<void const*>{}(&py->callbacks());
+  }
+  // Equal resources must hash alike; the type is the finest key valid for all of them.
+  return std::hash<std::string>{}(nb::type_name(self.type()).c_str());
+}
+
+}  // namespace
+
+void bind_memory_resource(nb::module_& m)
+{
+  auto base = nb::class_<DeviceMemoryResource>(m, "DeviceMemoryResource",
+                                               nb::type_slots(resource_type_slots),
+                                               nb::is_weak_referenceable(), R"doc(
+Base class of every nbrmm memory resource.
+
+An nbrmm resource owns a librmm resource (``cuda::mr::any_resource``). C++ copies of it
+(inside buffers, adaptors, the per-device map or another extension) share its state and
+keep it alive on their own.
+
+Subclass it in Python and implement ``allocate(nbytes, stream)`` and
+``deallocate(ptr, nbytes, stream)`` to write a resource in Python; such a resource can
+be the upstream of any adaptor, a buffer's ``mr`` and the current device resource.)doc");
+  resource_type = reinterpret_cast<PyTypeObject*>(base.ptr());
+
+  base
+    .def(
+      "__init__",
+      [](DeviceMemoryResource* self) {
+        nb::handle py_self = nb::find(self);
+        nb::handle cls     = nb::type<DeviceMemoryResource>();
+        if (py_self.type().is(cls)) {
+          throw nb::type_error(
+            "DeviceMemoryResource is abstract: use a concrete resource, or subclass it and "
+            "implement allocate() and deallocate()");
+        }
+        if (!overrides(py_self, "allocate", cls) || !overrides(py_self, "deallocate", cls)) {
+          throw nb::type_error(("a Python subclass of DeviceMemoryResource must implement "
+                                "allocate() and deallocate(); " +
+                                std::string{nb::type_name(py_self.type()).c_str()} +
+                                " does not")
+                                 .c_str());
+        }
+        new (self) DeviceMemoryResource{};
+        self->device = current_device();
+        self->res    = device_resource{
+          python_resource{py_self.attr("allocate"), py_self.attr("deallocate")}};
+      },
+      "Initialise a Python subclass (which must implement allocate and deallocate).")
+    .def(
+      "allocate",
+      [](DeviceMemoryResource& self, nb::handle nbytes, nb::handle stream, std::size_t alignment) {
+        std::size_t const n   = parse_size(nbytes, "nbytes");
+        cuda::stream_ref const s = stream_arg(stream, "stream");
+        device_resource& res  = self.get();
+        nb::gil_scoped_release release;
+        return reinterpret_cast<std::uintptr_t>(res.allocate(s, n, alignment));
+      },
+      nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
+      nb::arg("alignment") = default_alignment,
+      R"doc(Allocate ``nbytes`` bytes, ordered on ``stream``.
+
+Parameters
+----------
+nbytes : int or str
+    Size in bytes (``"1MiB"`` style strings accepted).
+stream : Stream or object with ``__cuda_stream__``, optional
+    The stream the allocation is ordered on.
+alignment : int, optional
+    Required alignment (a power of two), 256 by default.
+
+Returns
+-------
+int
+    The device pointer. Free it with :meth:`deallocate` with the same size, stream
+    ordering and alignment.
+
+Raises
+------
+MemoryError
+    If the resource cannot satisfy the request (``nbrmm.OutOfMemory`` when out of memory).)doc")
+    .def(
+      "deallocate",
+      [](DeviceMemoryResource& self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
+         std::size_t alignment) {
+        std::size_t const n   = parse_size(nbytes, "nbytes");
+        cuda::stream_ref const s = stream_arg(stream, "stream");
+        device_resource& res  = self.get();
+        nb::gil_scoped_release release;
+        res.deallocate(s, reinterpret_cast<void*>(ptr), n, alignment);
+      },
+      nb::arg("ptr"), nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
+      nb::arg("alignment") = default_alignment,
+      R"doc(Free memory returned by :meth:`allocate`.
+
+Parameters
+----------
+ptr : int
+    The pointer returned by :meth:`allocate`.
+nbytes : int or str
+    The size passed to :meth:`allocate`.
+stream : Stream or object with ``__cuda_stream__``, optional
+    The stream the deallocation is ordered on.
+alignment : int, optional
+    The alignment passed to :meth:`allocate`.)doc")
+    .def_prop_ro(
+      "device", [](DeviceMemoryResource const& self) { return self.device; },
+      "The CUDA device that was current when the resource was created (-1 without a GPU).")
+    .def_prop_ro(
+      "is_device_accessible", [](DeviceMemoryResource const&) { return true; },
+      "Whether the memory can be used by the device (always True).")
+    .def_prop_ro(
+      "is_host_accessible", [](DeviceMemoryResource const& self) { return self.host_accessible; },
+      "Whether the memory can be read and written by the host.")
+    .def(
+      "__eq__",
+      [](DeviceMemoryResource& self, nb::handle other) -> nb::object {
+        if (!PyType_IsSubtype(Py_TYPE(other.ptr()), resource_type)) {
+          return nb::borrow(Py_NotImplemented);
+        }
+        auto& o = *nb::inst_ptr<DeviceMemoryResource>(other);
+        if (&o == &self) { return nb::bool_(true); }
+        if (!self.res.has_value() || !o.res.has_value()) { return nb::bool_(false); }
+        return nb::bool_(self.res == o.res);
+      },
+      nb::is_operator(), "Whether both objects use the same underlying resource.")
+    .def("__hash__", &resource_identity)
+    .def("__repr__", [](nb::handle self) {
+      auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+      return "<" + std::string{nb::type_name(self.type()).c_str()} +
+             " device=" + std::to_string(r.device) + ">";
+    });
+
+  resource_class<UpstreamResourceAdaptor>(m, "UpstreamResourceAdaptor", R"doc(
+Base class of resources that adapt an upstream resource.
+
+The adaptor owns a C++ copy of its upstream (so C++ keeps the upstream alive) and also
+keeps the Python upstream object, returned as ``upstream_mr``.)doc")
+    .def_prop_ro(
+      "upstream_mr",
+      [](UpstreamResourceAdaptor const& self) {
+        return self.upstream.is_valid() ? self.upstream : nb::none();
+      },
+      "The upstream resource object this adaptor was created with.")
+    .def(
+      "get_upstream",
+      [](UpstreamResourceAdaptor const& self) {
+        return self.upstream.is_valid() ? self.upstream : nb::none();
+      },
+      "The upstream resource object this adaptor was created with.");
+}
+
+}  // namespace nbrmm

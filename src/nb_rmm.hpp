@@ -1,0 +1,251 @@
+// nbrmm's internal header: the types that several binding files share, and the
+// declaration of every `bind_*` function that `nb_rmm.cpp` calls in order.
+//
+// Ownership rules (see docs/design.md):
+//  * Every nbrmm resource object holds an owning `device_resource`. Copies share the
+//    underlying librmm state, so C++ keeps alive what it uses, whatever Python does.
+//  * Python objects that C++ must keep (callables behind callback resources, the Python
+//    object set as a per-device resource) are held by `py_owned`, which may be dropped on
+//    any thread and never touches a finalized interpreter.
+//  * Python-side references (upstream, kept objects) are GC-visible through tp_traverse.
+#pragma once
+
+#include "pch.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace nb = nanobind;
+
+namespace nbrmm {
+
+/// The owning, type-erased resource handle that librmm 26.10 uses everywhere.
+using device_resource = cuda::mr::any_resource<cuda::mr::device_accessible>;
+
+/// librmm's default allocation alignment (CUDA's 256 bytes).
+inline constexpr std::size_t default_alignment = rmm::CUDA_ALLOCATION_ALIGNMENT;
+
+// ------------------------------------------------------------------------------------
+// Python references owned by C++
+// ------------------------------------------------------------------------------------
+
+/// A strong reference to a Python object that C++ owns. It may be released on any
+/// thread; after interpreter shutdown it is leaked instead of touching Python.
+class py_owned {
+ public:
+  py_owned() = default;
+  explicit py_owned(nb::handle h) noexcept : ptr_{h.ptr()} { Py_XINCREF(ptr_); }
+  py_owned(py_owned const&)            = delete;
+  py_owned& operator=(py_owned const&) = delete;
+  ~py_owned() { reset(); }
+
+  void reset() noexcept
+  {
+    PyObject* p = ptr_;
+    ptr_        = nullptr;
+    if (p != nullptr) {
+      if (nb::detail::cleanup_guard guard{}) { Py_DECREF(p); }
+    }
+  }
+  [[nodiscard]] nb::handle get() const noexcept { return ptr_; }
+
+ private:
+  PyObject* ptr_{nullptr};
+};
+
+// ------------------------------------------------------------------------------------
+// Streams
+// ------------------------------------------------------------------------------------
+
+/// Backing struct of `nbrmm.Stream`.
+struct Stream {
+  cudaStream_t handle{nullptr};
+  std::shared_ptr<rmm::cuda_stream> owned;  ///< set when nbrmm created (and owns) the stream
+  nb::object owner;                         ///< wrapped foreign stream object, kept alive
+
+  [[nodiscard]] cuda::stream_ref ref() const noexcept { return cuda::stream_ref{handle}; }
+};
+
+/// Converts any stream-like Python object (nbrmm.Stream or an object implementing
+/// `__cuda_stream__`) to a stream handle; raises TypeError naming `param` otherwise.
+cuda::stream_ref stream_arg(nb::handle obj, char const* param);
+
+/// Returns `obj` when it is an nbrmm.Stream, otherwise a new nbrmm.Stream wrapping it.
+nb::object stream_object(nb::handle obj, char const* param);
+
+/// A (non-owning) nbrmm.Stream for a raw handle, e.g. to pass to Python callbacks.
+nb::object stream_for_handle(cudaStream_t handle);
+
+/// The default stream object (nbrmm.DEFAULT_STREAM), borrowed from the module; for use
+/// as a default argument while the module initialises.
+nb::handle default_stream();
+
+// ------------------------------------------------------------------------------------
+// Resources
+// ------------------------------------------------------------------------------------
+
+/// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
+struct DeviceMemoryResource {
+  device_resource res;          ///< the owning librmm resource (empty only after GC clear)
+  int device{-1};               ///< CUDA device active when the resource was created
+  bool host_accessible{false};  ///< memory can be read by the host
+  nb::object upstream;          ///< the Python upstream (adaptors), kept alive
+  nb::object keep;              ///< further Python objects the resource needs alive
+
+  /// The resource, or a ValueError when it was cleared.
+  device_resource& get();
+};
+
+/// Backing struct of `nbrmm.mr.UpstreamResourceAdaptor` (adaptors derive from it).
+struct UpstreamResourceAdaptor : DeviceMemoryResource {};
+
+/// A resource that calls Python: `allocate(nbytes, stream) -> int` and
+/// `deallocate(ptr, nbytes, stream)`. Every C++ copy shares (and owns) the callables.
+class python_resource {
+ public:
+  struct state {
+    state(nb::handle alloc, nb::handle dealloc) : allocate{alloc}, deallocate{dealloc} {}
+    py_owned allocate;    ///< allocate(nbytes, stream) -> int
+    py_owned deallocate;  ///< deallocate(ptr, nbytes, stream)
+  };
+
+  python_resource(nb::handle allocate, nb::handle deallocate);
+
+  void* allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment);
+  void deallocate(cuda::stream_ref stream, void* ptr, std::size_t bytes,
+                  std::size_t alignment) noexcept;
+  void* allocate_sync(std::size_t bytes, std::size_t alignment);
+  void deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept;
+
+  bool operator==(python_resource const& other) const noexcept { return state_ == other.state_; }
+  bool operator!=(python_resource const& other) const noexcept { return !(*this == other); }
+  friend void get_property(python_resource const&, cuda::mr::device_accessible) noexcept {}
+
+  [[nodiscard]] state const& callbacks() const noexcept { return *state_; }
+  [[nodiscard]] long use_count() const noexcept { return state_.use_count(); }
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
+/// The entry that nbrmm stores in librmm's per-device map: the resource itself plus the
+/// Python object it was set from, so that Python gets back the very object it set.
+class python_owned_resource {
+ public:
+  python_owned_resource(device_resource inner, nb::handle owner)
+    : inner_{std::move(inner)}, owner_{std::make_shared<py_owned>(owner)}
+  {
+  }
+
+  void* allocate(cuda::stream_ref s, std::size_t bytes, std::size_t alignment)
+  {
+    return inner_.allocate(s, bytes, alignment);
+  }
+  void deallocate(cuda::stream_ref s, void* p, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    inner_.deallocate(s, p, bytes, alignment);
+  }
+  void* allocate_sync(std::size_t bytes, std::size_t alignment)
+  {
+    return inner_.allocate_sync(bytes, alignment);
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    inner_.deallocate_sync(p, bytes, alignment);
+  }
+  bool operator==(python_owned_resource const& o) const noexcept { return inner_ == o.inner_; }
+  bool operator!=(python_owned_resource const& o) const noexcept { return !(*this == o); }
+  friend void get_property(python_owned_resource const&, cuda::mr::device_accessible) noexcept {}
+
+  [[nodiscard]] nb::handle owner() const noexcept { return owner_->get(); }
+  [[nodiscard]] device_resource const& inner() const noexcept { return inner_; }
+
+ private:
+  device_resource inner_;
+  std::shared_ptr<py_owned> owner_;
+};
+
+/// Returns the nbrmm resource behind a Python object, or raises TypeError naming `param`.
+DeviceMemoryResource& resource_arg(nb::handle obj, char const* param);
+
+/// Resolves an `mr=` argument: None means the current device resource, read from
+/// librmm's per-device map at call time. Returns the Python object (to keep alive).
+nb::object resource_or_current(nb::handle mr, char const* param);
+
+/// The Python object for a C++ resource: the object it was set from, an instance of the
+/// concrete nbrmm class when nbrmm knows the type, else a generic DeviceMemoryResource.
+/// `device` is the device the resource serves.
+nb::object wrap_resource(device_resource const& res, int device);
+
+/// A wrapper factory: returns a Python object when `res` holds the type it knows.
+using wrapper_fn = nb::object (*)(device_resource const& res, int device);
+
+/// Registers a factory used by `wrap_resource` (called by the bind_* functions).
+void register_wrapper(wrapper_fn fn);
+
+/// Creates an instance of the bound class `T` (a DeviceMemoryResource subclass) that
+/// holds `res`; `upstream` is the Python upstream for adaptors.
+template <class T>
+nb::object make_resource_object(device_resource res,
+                                int device,
+                                nb::object upstream  = nb::none(),
+                                bool host_accessible = false)
+{
+  T value{};
+  value.res             = std::move(res);
+  value.device          = device;
+  value.host_accessible = host_accessible;
+  value.upstream        = std::move(upstream);
+  return nb::cast(std::move(value), nb::rv_policy::move);
+}
+
+/// Registers a wrapper that recognises the librmm type `Cpp` and wraps it in the bound
+/// nbrmm class `Py`.
+template <class Py, class Cpp, bool HostAccessible = false>
+void register_typed_wrapper()
+{
+  register_wrapper([](device_resource const& res, int device) -> nb::object {
+    if (cuda::mr::resource_cast<Cpp>(&res) == nullptr) { return nb::object{}; }
+    return make_resource_object<Py>(res, device, nb::none(), HostAccessible);
+  });
+}
+
+/// GC slots shared by every resource class (traverse upstream/kept objects and Python
+/// callables that only this object owns; clear breaks such cycles).
+extern PyType_Slot resource_type_slots[];
+
+/// Binds the resource class `T` (deriving from `Base`) with the GC slots and weak
+/// reference support every nbrmm resource has.
+template <class T, class Base = DeviceMemoryResource>
+nb::class_<T, Base> resource_class(nb::handle scope, char const* name, char const* doc)
+{
+  return nb::class_<T, Base>(scope, name, nb::type_slots(resource_type_slots),
+                             nb::is_weak_referenceable(), doc);
+}
+
+/// Parses a size argument: a non-negative int or a string such as "1GiB". Raises
+/// TypeError/ValueError naming `param`.
+std::size_t parse_size(nb::handle obj, char const* param);
+
+/// Parses an optional size argument (None stays empty).
+std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param);
+
+/// The current CUDA device as librmm reports it (-1 without a usable GPU).
+inline int current_device() { return rmm::get_current_cuda_device().value(); }
+
+// ------------------------------------------------------------------------------------
+// Binding entry points, in the order nb_rmm.cpp calls them
+// ------------------------------------------------------------------------------------
+void bind_errors(nb::module_& m);
+void bind_cuda_device(nb::module_& m);
+void bind_cuda_stream(nb::module_& m);
+void bind_cuda_stream_pool(nb::module_& m);
+void bind_memory_resource(nb::module_& m);
+void bind_cuda_memory_resource(nb::module_& m);
+void bind_callback_memory_resource(nb::module_& m);
+void bind_per_device_resource(nb::module_& m);
+void bind_device_buffer(nb::module_& m);
+
+}  // namespace nbrmm

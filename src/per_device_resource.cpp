@@ -1,0 +1,186 @@
+// The current / per-device resource (rmm/mr/per_device_resource.hpp).
+//
+// librmm's per-device map is the only record. Python writes an owning entry that also
+// carries the Python object it was set from (python_owned_resource), so that reading the
+// map back returns that very object; entries written by C++ are wrapped on read.
+#include "nb_rmm.hpp"
+
+#include <rmm/mr/per_device_resource.hpp>
+
+#include <string>
+#include <vector>
+
+namespace nbrmm {
+namespace {
+
+int device_count() noexcept
+{
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+/// Accepts the current device (-1 without a GPU) and every existing device.
+int device_arg(int device)
+{
+  if (device == current_device()) { return device; }
+  int const count = device_count();
+  if (device < 0 || device >= count) {
+    throw nb::value_error(("device " + std::to_string(device) + " does not exist (this machine has " +
+                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")")
+                            .c_str());
+  }
+  return device;
+}
+
+/// Reads the map entry of `device` (creating librmm's initial entry if there is none),
+/// returning the Python object it was set from or a wrapper of the C++ resource.
+nb::object resource_of(int device)
+{
+  device_resource copy;
+  {
+    std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
+    auto& map = rmm::mr::detail::get_ref_map();
+    auto it   = map.find(device);
+    if (it == map.end()) {
+      it = map.emplace(device, device_resource{rmm::mr::detail::initial_resource()}).first;
+    }
+    if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&it->second)) {
+      if (owned->owner().is_valid()) { return nb::borrow(owned->owner()); }
+    }
+    copy = it->second;
+  }
+  return wrap_resource(copy, device);
+}
+
+/// Writes `entry` into the map and frees the previous entry without holding the GIL.
+void replace_entry(int device, device_resource entry)
+{
+  device_resource old =
+    rmm::mr::set_per_device_resource(rmm::cuda_device_id{device}, std::move(entry));
+  nb::gil_scoped_release release;
+  old = device_resource{};
+}
+
+void set_resource(int device, nb::handle mr)
+{
+  DeviceMemoryResource& r = resource_arg(mr, "mr");
+  if (r.device >= 0 && r.device != device) {
+    throw nb::value_error(("mr: the resource was created on device " + std::to_string(r.device) +
+                           " and cannot serve device " + std::to_string(device))
+                            .c_str());
+  }
+  replace_entry(device, device_resource{python_owned_resource{r.get(), mr}});
+}
+
+/// Removes every Python object from librmm's map (at interpreter exit): entries set from
+/// Python keep serving C++ through their C++ resource; Python-implemented resources are
+/// replaced by librmm's initial resource.
+void release_python_objects()
+{
+  std::vector<device_resource> dropped;
+  {
+    std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
+    for (auto& [device, entry] : rmm::mr::detail::get_ref_map()) {
+      auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry);
+      if (owned == nullptr) { continue; }
+      device_resource inner = owned->inner();
+      if (cuda::mr::resource_cast<python_resource>(&inner) != nullptr) {
+        inner = device_resource{rmm::mr::detail::initial_resource()};
+      }
+      dropped.push_back(std::exchange(entry, std::move(inner)));
+    }
+  }
+  dropped.clear();
+}
+
+}  // namespace
+
+nb::object resource_or_current(nb::handle mr, char const* param)
+{
+  if (mr.is_none()) { return resource_of(current_device()); }
+  resource_arg(mr, param);
+  return nb::borrow(mr);
+}
+
+void bind_per_device_resource(nb::module_& m)
+{
+  m.def(
+    "get_per_device_resource", [](int device) { return resource_of(device_arg(device)); },
+    nb::arg("device"), R"doc(The resource of ``device`` in librmm's per-device map.
+
+Returns the object that was set (from Python), or an nbrmm object for the resource that
+C++ code set: an instance of the concrete nbrmm class when nbrmm knows the type,
+otherwise a generic ``DeviceMemoryResource``.
+
+Parameters
+----------
+device : int
+    The device id.
+
+Raises
+------
+ValueError
+    If the device does not exist.)doc");
+
+  m.def(
+    "set_per_device_resource",
+    [](int device, nb::handle mr) { set_resource(device_arg(device), mr); }, nb::arg("device"),
+    nb::arg("mr"), R"doc(Set the resource of ``device`` in librmm's per-device map.
+
+C++ code that reads the map (``rmm::mr::get_per_device_resource_ref``) sees it at once.
+The map owns the resource (and the Python object) until it is replaced.
+
+Parameters
+----------
+device : int
+    The device id.
+mr : DeviceMemoryResource
+    The resource; it must have been created on ``device``.
+
+Raises
+------
+TypeError
+    If ``mr`` is not a resource.
+ValueError
+    If the device does not exist or ``mr`` was created on another device.)doc");
+
+  m.def(
+    "get_current_device_resource", []() { return resource_of(current_device()); },
+    R"doc(The resource of the current device in librmm's per-device map.
+
+The same as ``get_per_device_resource(current device)``: whatever Python or C++ set last.)doc");
+
+  m.def(
+    "set_current_device_resource", [](nb::handle mr) { set_resource(current_device(), mr); },
+    nb::arg("mr"), R"doc(Set the resource of the current device in librmm's per-device map.
+
+Parameters
+----------
+mr : DeviceMemoryResource
+    The resource; it must have been created on the current device.)doc");
+
+  m.def(
+    "reset_per_device_resource",
+    [](int device) {
+      replace_entry(device_arg(device), device_resource{rmm::mr::detail::initial_resource()});
+    },
+    nb::arg("device"),
+    "Restore librmm's initial resource (a ``CudaMemoryResource``) for ``device``.");
+
+  m.def(
+    "is_initialized",
+    []() {
+      std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
+      return rmm::mr::detail::get_ref_map().count(current_device()) != 0;
+    },
+    "Whether librmm's per-device map has an entry for the current device.");
+
+  m.def("_release_python_objects", &release_python_objects,
+        "Remove Python objects from librmm's per-device map (run at interpreter exit).");
+}
+
+}  // namespace nbrmm

@@ -1,0 +1,63 @@
+"""Shared test configuration: the ``gpu`` marker and ``--require-gpu``."""
+
+import gc
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import nbrmm
+import nbrmm.mr
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile("ci")
+
+HAVE_GPU = nbrmm.get_device_count() > 0
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--require-gpu",
+        action="store_true",
+        default=False,
+        help="fail (instead of skipping) every gpu test when no GPU is usable",
+    )
+
+
+def pytest_runtest_setup(item):
+    if "gpu" in item.keywords and not HAVE_GPU:
+        if item.config.getoption("--require-gpu"):
+            pytest.fail("--require-gpu: this gpu test cannot run, no GPU is usable")
+        pytest.skip("no GPU is usable")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.skipped
+        and "gpu" in item.keywords
+        and item.config.getoption("--require-gpu")
+        and not hasattr(report, "wasxfail")
+    ):
+        # On the GPU machine a skipped GPU test is a failure (e.g. a missing CuPy).
+        report.outcome = "failed"
+        report.longrepr = f"--require-gpu: gpu test was skipped: {report.longrepr}"
+
+
+@pytest.fixture(autouse=True)
+def _restore_current_resource():
+    """Every test leaves librmm's per-device map as it found it."""
+    device = nbrmm.get_current_device()
+    before = nbrmm.mr.get_per_device_resource(device)
+    yield
+    nbrmm.mr.set_per_device_resource(device, before)
+    del before
+    gc.collect()

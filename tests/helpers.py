@@ -1,0 +1,57 @@
+"""Helpers shared by the tests (import from here, never from conftest)."""
+
+import ctypes
+import threading
+
+import nbrmm.mr
+
+POOL_SIZE = 1 << 20  # every pool the GPU tests create stays this small
+
+_libc = ctypes.CDLL(None)
+_libc.malloc.restype = ctypes.c_void_p
+_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+class HostHeap:
+    """malloc/free callbacks that record every call and the bytes in use.
+
+    Used to run resources over host memory, so that the CPU suite exercises real
+    allocation paths without a GPU.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.live = {}
+        self.calls = []
+
+    def allocate(self, nbytes, stream):
+        ptr = _libc.malloc(max(nbytes, 1))
+        if not ptr:
+            raise MemoryError(f"malloc({nbytes}) failed")
+        with self.lock:
+            self.live[ptr] = nbytes
+            self.calls.append(("allocate", nbytes, ptr))
+        return ptr
+
+    def deallocate(self, ptr, nbytes, stream):
+        with self.lock:
+            assert self.live.pop(ptr) == nbytes, "freed with a different size"
+            self.calls.append(("deallocate", nbytes, ptr))
+        _libc.free(ptr)
+
+    @property
+    def bytes_in_use(self):
+        with self.lock:
+            return sum(self.live.values())
+
+    def resource(self):
+        return nbrmm.mr.CallbackMemoryResource(self.allocate, self.deallocate)
+
+
+def read_host(ptr, nbytes):
+    return ctypes.string_at(ptr, nbytes)
+
+
+def write_host(ptr, data):
+    ctypes.memmove(ptr, data, len(data))

@@ -1,0 +1,138 @@
+"""nbrmm.Buffer and DeviceBuffer."""
+
+import gc
+import weakref
+
+import pytest
+
+import nbrmm
+import nbrmm.mr
+from helpers import HostHeap, read_host, write_host
+
+
+def test_buffer_over_host_callbacks():
+    heap = HostHeap()
+    mr = heap.resource()
+    buf = nbrmm.Buffer(1000, mr=mr)
+    assert buf.size == buf.nbytes == len(buf) == 1000
+    assert buf.capacity() >= 1000
+    assert buf.mr is mr
+    assert buf.stream == nbrmm.DEFAULT_STREAM
+    assert buf.alignment == 256
+    assert heap.live == {buf.ptr: 1000}
+    write_host(buf.ptr, b"abc")
+    assert read_host(buf.ptr, 3) == b"abc"
+    del buf
+    assert heap.bytes_in_use == 0
+
+
+def test_zero_size_buffer_allocates_nothing():
+    heap = HostHeap()
+    buf = nbrmm.Buffer(0, mr=heap.resource())
+    assert buf.size == 0 and buf.ptr == 0
+    assert heap.calls == []
+    assert buf.tobytes() == b""
+    assert bytes(buf) == b""
+
+
+def test_buffer_keeps_its_resource_alive():
+    heap = HostHeap()
+    mr = heap.resource()
+    ref = weakref.ref(mr)
+    buf = nbrmm.Buffer(10, mr=mr)
+    del mr
+    gc.collect()
+    assert ref() is not None and buf.mr is ref()
+    del buf
+    gc.collect()
+    assert ref() is None
+    assert heap.bytes_in_use == 0
+
+
+def test_close_and_context_manager():
+    heap = HostHeap()
+    with nbrmm.Buffer(20, mr=heap.resource()) as buf:
+        assert heap.bytes_in_use == 20
+    assert heap.bytes_in_use == 0
+    assert buf.closed
+    for use in (lambda: buf.ptr, lambda: buf.size, lambda: len(buf), buf.tobytes,
+                lambda: buf.resize(3), lambda: buf.__cuda_array_interface__):
+        with pytest.raises(ValueError, match="closed"):
+            use()
+    buf.close()  # closing twice is harmless
+    assert "closed" in repr(buf)
+
+
+def test_bad_input_leaves_no_partial_state():
+    heap = HostHeap()
+    mr = heap.resource()
+    for bad, exc in [(-5, ValueError), ("x", ValueError), (2.0, TypeError)]:
+        with pytest.raises(exc, match="nbytes"):
+            nbrmm.Buffer(bad, mr=mr)
+    with pytest.raises(TypeError, match="mr"):
+        nbrmm.Buffer(10, mr="cuda")
+    assert heap.calls == []
+
+
+def test_device_buffer_rmm_signature():
+    heap = HostHeap()
+    mr = heap.resource()
+    db = nbrmm.DeviceBuffer(size=64, mr=mr)
+    assert isinstance(db, nbrmm.Buffer)
+    assert db.size == 64 and db.mr is mr
+    with pytest.raises(TypeError):
+        nbrmm.DeviceBuffer(64)  # keyword-only, as in rmm
+
+
+def test_cuda_array_interface_v3():
+    buf = nbrmm.Buffer(12, mr=HostHeap().resource())
+    cai = buf.__cuda_array_interface__
+    assert cai["version"] == 3
+    assert cai["shape"] == (12,) and cai["typestr"] == "|u1"
+    assert cai["data"] == (buf.ptr, False)
+    assert cai["stream"] == 1  # the default stream, spelled as CAI requires
+
+
+def test_dlpack_device_of_device_memory():
+    buf = nbrmm.Buffer(12, mr=HostHeap().resource())
+    assert buf.__dlpack_device__() == (2, max(nbrmm.get_current_device(), 0))
+
+
+def test_buffer_protocol_refused_for_device_memory():
+    buf = nbrmm.Buffer(12, mr=HostHeap().resource())
+    with pytest.raises(BufferError, match="host-accessible"):
+        memoryview(buf)
+
+
+def test_host_copy_argument_checks():
+    buf = nbrmm.Buffer(8, mr=HostHeap().resource())
+    with pytest.raises(TypeError, match="ary"):
+        buf.copy_from_host(12345)
+    with pytest.raises(ValueError, match="ary"):
+        buf.copy_from_host(b"123456789")  # 9 bytes into 8
+    with pytest.raises(ValueError, match="ary"):
+        buf.copy_to_host(bytearray(4))
+    with pytest.raises(ValueError, match="writable"):
+        buf.copy_to_host(b"immutable")
+    with pytest.raises(TypeError, match="cuda_ary"):
+        buf.copy_from_device(b"host bytes")
+
+
+@pytest.mark.gpu
+def test_gpu_round_trip_and_growth():
+    payload = bytes(range(256)) * 4
+    buf = nbrmm.DeviceBuffer.to_device(payload)
+    assert buf.tobytes() == payload
+    buf.resize(2048)
+    assert buf.tobytes()[:1024] == payload
+    buf.resize(10)
+    buf.shrink_to_fit()
+    assert buf.capacity() == 10 and buf.tobytes() == payload[:10]
+    dup = buf.copy()
+    assert dup.mr is buf.mr and dup.tobytes() == payload[:10]
+    out = bytearray(10)
+    buf.copy_to_host(out)
+    assert bytes(out) == payload[:10]
+    other = nbrmm.Buffer(10)
+    other.copy_from_device(buf)
+    assert other.tobytes() == payload[:10]

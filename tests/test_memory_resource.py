@@ -1,0 +1,233 @@
+"""Resources: the base API, callback resources, Python subclasses, and lifetimes."""
+
+import gc
+import sys
+import weakref
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nbrmm
+import nbrmm.mr
+from helpers import HostHeap, read_host, write_host
+
+
+def test_callback_resource_allocates_and_frees_through_python():
+    heap = HostHeap()
+    mr = heap.resource()
+    ptr = mr.allocate(100)
+    assert heap.live == {ptr: 100}
+    write_host(ptr, b"x" * 100)
+    assert read_host(ptr, 100) == b"x" * 100
+    mr.deallocate(ptr, 100)
+    assert heap.bytes_in_use == 0
+    assert [c[0] for c in heap.calls] == ["allocate", "deallocate"]
+
+
+def test_callback_receives_stream_objects():
+    streams = []
+
+    def alloc(n, s):
+        streams.append(s)
+        return 0x1000
+
+    mr = nbrmm.mr.CallbackMemoryResource(alloc, lambda p, n, s: streams.append(s))
+    ptr = mr.allocate(8, nbrmm.PER_THREAD_DEFAULT_STREAM)
+    mr.deallocate(ptr, 8, nbrmm.PER_THREAD_DEFAULT_STREAM)
+    assert all(isinstance(s, nbrmm.Stream) for s in streams)
+    assert [s.handle for s in streams] == [2, 2]
+
+
+@given(st.one_of(st.integers(0, 1 << 40), st.sampled_from(["1KiB", "2 MiB", "1.5KB", "7"])))
+def test_sizes_accept_ints_and_strings(size):
+    seen = []
+    mr = nbrmm.mr.CallbackMemoryResource(
+        lambda n, s: seen.append(n) or 0x10, lambda p, n, s: None
+    )
+    mr.allocate(size)
+    expected = {"1KiB": 1024, "2 MiB": 2 << 20, "1.5KB": 1500, "7": 7}.get(size, size)
+    assert seen == [expected]
+
+
+@pytest.mark.parametrize(
+    ("bad", "exc"),
+    [(-1, ValueError), (2**64, ValueError), ("lots", ValueError), ("1XB", ValueError),
+     (1.5, TypeError), (None, TypeError), (True, TypeError)],
+)
+def test_bad_sizes_name_the_argument(bad, exc):
+    heap = HostHeap()
+    mr = heap.resource()
+    with pytest.raises(exc, match="nbytes"):
+        mr.allocate(bad)
+    assert heap.calls == []
+
+
+def test_callbacks_must_be_callable():
+    with pytest.raises(TypeError, match="allocate_func"):
+        nbrmm.mr.CallbackMemoryResource(1, lambda p, n, s: None)
+    with pytest.raises(TypeError, match="deallocate_func"):
+        nbrmm.mr.CallbackMemoryResource(lambda n, s: 0, "free")
+
+
+def test_exception_in_allocate_callback_reaches_the_caller():
+    class Boom(Exception):
+        pass
+
+    def alloc(n, s):
+        raise Boom("no memory today")
+
+    mr = nbrmm.mr.CallbackMemoryResource(alloc, lambda p, n, s: None)
+    with pytest.raises(Boom, match="no memory today"):
+        mr.allocate(10)
+    with pytest.raises(Boom):
+        nbrmm.Buffer(10, mr=mr)
+
+
+def test_garbage_from_allocate_callback_is_a_type_error():
+    mr = nbrmm.mr.CallbackMemoryResource(lambda n, s: "ptr", lambda p, n, s: None)
+    with pytest.raises(TypeError, match="int"):
+        mr.allocate(10)
+    null = nbrmm.mr.CallbackMemoryResource(lambda n, s: 0, lambda p, n, s: None)
+    with pytest.raises(MemoryError):
+        null.allocate(10)
+
+
+def test_exception_in_deallocate_callback_is_unraisable(monkeypatch):
+    def free(p, n, s):
+        raise RuntimeError("cannot free")
+
+    reported = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: reported.append((type(u.exc_value), str(u.exc_value)))
+    )
+    mr = nbrmm.mr.CallbackMemoryResource(lambda n, s: 0x100, free)
+    mr.deallocate(0x100, 1)  # a deallocation cannot fail: reported, not raised
+    assert reported == [(RuntimeError, "cannot free")]
+
+
+def test_callables_live_as_long_as_cpp_holds_the_resource():
+    heap = HostHeap()
+    alloc_ref = weakref.ref(heap)
+    mr = heap.resource()
+    buf = nbrmm.Buffer(64, mr=mr)
+    del heap, mr
+    gc.collect()
+    # The buffer's C++ copy of the resource owns the callables (bound to the heap).
+    assert alloc_ref() is not None
+    assert buf.mr is not None
+    del buf
+    gc.collect()
+    assert alloc_ref() is None
+
+
+def test_callables_outlive_python_while_in_the_per_device_map():
+    heap = HostHeap()
+    heap_ref = weakref.ref(heap)
+    nbrmm.mr.set_current_device_resource(heap.resource())
+    del heap
+    gc.collect()
+    assert heap_ref() is not None
+    buf = nbrmm.Buffer(10)  # default mr: the current resource, served by the callables
+    assert heap_ref().bytes_in_use == 10
+    del buf
+    nbrmm.mr.reset_per_device_resource(nbrmm.get_current_device())
+    gc.collect()
+    assert heap_ref() is None
+
+
+def test_cycles_through_callbacks_are_collected():
+    class Holder:
+        pass
+
+    holder = Holder()
+    mr = nbrmm.mr.CallbackMemoryResource(lambda n, s: 0x10, lambda p, n, s: None)
+    holder.mr = mr
+
+    def alloc(n, s, holder=holder):
+        return 0x10
+
+    holder.mr = nbrmm.mr.CallbackMemoryResource(alloc, lambda p, n, s: None)
+    ref = weakref.ref(holder)
+    mr_ref = weakref.ref(holder.mr)
+    del holder, alloc, mr
+    gc.collect()
+    assert ref() is None
+    assert mr_ref() is None
+
+
+class PyHeapResource(nbrmm.mr.DeviceMemoryResource):
+    """A resource written in Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.heap = HostHeap()
+
+    def allocate(self, nbytes, stream=nbrmm.DEFAULT_STREAM):
+        return self.heap.allocate(nbytes, stream)
+
+    def deallocate(self, ptr, nbytes, stream=nbrmm.DEFAULT_STREAM):
+        self.heap.deallocate(ptr, nbytes, stream)
+
+
+def test_python_subclass_serves_buffers_and_the_current_resource():
+    mr = PyHeapResource()
+    buf = nbrmm.Buffer(48, mr=mr)
+    assert buf.mr is mr
+    assert mr.heap.bytes_in_use == 48
+    del buf
+    assert mr.heap.bytes_in_use == 0
+
+    nbrmm.mr.set_current_device_resource(mr)
+    assert nbrmm.mr.get_current_device_resource() is mr
+    buf = nbrmm.Buffer(16)
+    assert buf.mr is mr and mr.heap.bytes_in_use == 16
+    del buf
+
+
+def test_python_subclass_must_implement_both_methods():
+    class Half(nbrmm.mr.DeviceMemoryResource):
+        def allocate(self, nbytes, stream=None):
+            return 0
+
+    with pytest.raises(TypeError, match="deallocate"):
+        Half()
+    with pytest.raises(TypeError, match="abstract"):
+        nbrmm.mr.DeviceMemoryResource()
+
+
+def test_python_subclass_without_references_is_collected():
+    mr = PyHeapResource()
+    ref = weakref.ref(mr)
+    del mr
+    gc.collect()
+    assert ref() is None
+
+
+def test_equality_means_same_underlying_resource():
+    heap = HostHeap()
+    a = heap.resource()
+    b = heap.resource()
+    assert a == a and a != b
+    nbrmm.mr.set_current_device_resource(a)
+    got = nbrmm.mr.get_current_device_resource()
+    assert got is a and got == a and hash(got) == hash(a)
+    assert nbrmm.mr.CudaMemoryResource() == nbrmm.mr.CudaMemoryResource()
+    assert hash(nbrmm.mr.CudaMemoryResource()) == hash(nbrmm.mr.CudaMemoryResource())
+    assert a != object()
+
+
+def test_resource_properties():
+    mr = HostHeap().resource()
+    assert mr.device == nbrmm.get_current_device()
+    assert mr.is_device_accessible
+    assert not mr.is_host_accessible
+
+
+@pytest.mark.gpu
+def test_cuda_memory_resource_on_gpu():
+    mr = nbrmm.mr.CudaMemoryResource()
+    ptr = mr.allocate(1 << 20)
+    assert ptr != 0 and ptr % 256 == 0
+    mr.deallocate(ptr, 1 << 20)
+    assert mr.device == nbrmm.get_current_device() >= 0

@@ -1,0 +1,67 @@
+"""The package imports without a GPU, and its public surface is documented."""
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import nbrmm
+import nbrmm.mr
+
+
+def test_import_without_gpu_needs_no_cuda_call():
+    # Importing must not touch the driver: run it in a fresh interpreter.
+    out = subprocess.run(
+        [sys.executable, "-c", "import nbrmm, nbrmm.mr; print(nbrmm.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == nbrmm.__version__
+
+
+@pytest.mark.parametrize("module", [nbrmm, nbrmm.mr])
+def test_all_names_exist_and_are_documented(module):
+    assert module.__all__ == sorted(module.__all__, key=str)
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or callable(obj):
+            assert obj.__doc__, f"{module.__name__}.{name} has no docstring"
+
+
+def test_exception_hierarchy():
+    assert issubclass(nbrmm.CudaError, RuntimeError)
+    assert issubclass(nbrmm.BadAlloc, MemoryError)
+    assert issubclass(nbrmm.OutOfMemory, nbrmm.BadAlloc)
+    assert issubclass(nbrmm.LogicError, RuntimeError)
+
+
+def test_device_queries_do_not_raise():
+    count = nbrmm.get_device_count()
+    assert count >= 0
+    dev = nbrmm.get_current_device()
+    assert dev == -1 if count == 0 else 0 <= dev < count
+    versions = nbrmm._nbrmm.get_versions()
+    assert set(versions) == {"cuda_driver", "cuda_runtime", "nanobind"}
+
+
+@pytest.mark.skipif(nbrmm.get_device_count() > 0, reason="checks the no-GPU behaviour")
+def test_cuda_calls_raise_cleanly_without_gpu():
+    with pytest.raises(nbrmm.CudaError):
+        nbrmm.Stream()
+    with pytest.raises(nbrmm.CudaError):
+        nbrmm.available_device_memory()
+    with pytest.raises(MemoryError):
+        nbrmm.mr.CudaMemoryResource().allocate(256)
+    with pytest.raises(ValueError, match="does not exist"):
+        nbrmm.set_current_device(0)
+
+
+def test_main_module_runs():
+    out = subprocess.run(
+        [sys.executable, "-m", "nbrmm"], capture_output=True, text=True, check=True
+    )
+    assert "nbrmm" in out.stdout
+    assert "librmm" in out.stdout
+    assert "current resource" in out.stdout

@@ -1,0 +1,139 @@
+"""nbrmm.Stream: constants, the __cuda_stream__ protocol, and bad arguments."""
+
+import gc
+import weakref
+
+import pytest
+
+import nbrmm
+from helpers import HostHeap
+
+
+class ForeignStream:
+    """A third-party stream object implementing the protocol."""
+
+    def __init__(self, handle):
+        self.handle_value = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+def test_constants():
+    assert nbrmm.DEFAULT_STREAM.handle == 0
+    assert nbrmm.LEGACY_DEFAULT_STREAM.handle == 1
+    assert nbrmm.PER_THREAD_DEFAULT_STREAM.handle == 2
+    assert nbrmm.DEFAULT_STREAM.is_default()
+    assert nbrmm.LEGACY_DEFAULT_STREAM.is_default()
+    assert not nbrmm.PER_THREAD_DEFAULT_STREAM.is_default()
+    assert nbrmm.PER_THREAD_DEFAULT_STREAM.is_per_thread_default()
+    assert nbrmm.DEFAULT_STREAM.__cuda_stream__() == (0, 0)
+
+
+def test_wraps_protocol_objects_and_keeps_them_alive():
+    foreign = ForeignStream(0x1234)
+    ref = weakref.ref(foreign)
+    s = nbrmm.Stream(foreign)
+    assert s.handle == 0x1234
+    assert s.__cuda_stream__() == (0, 0x1234)
+    assert s.owner is foreign
+    assert not s.is_default()
+    del foreign
+    gc.collect()
+    assert ref() is not None
+    del s
+    gc.collect()
+    assert ref() is None
+
+
+def test_wrapping_a_stream_shares_handle_and_equality():
+    a = nbrmm.Stream(ForeignStream(77))
+    b = nbrmm.Stream(a)
+    assert a == b and hash(a) == hash(b)
+    assert a != nbrmm.DEFAULT_STREAM
+    assert len({a, b, nbrmm.DEFAULT_STREAM}) == 2
+
+
+@pytest.mark.parametrize("bad", [None, 3, "stream", object(), 1.5])
+def test_bad_stream_arguments_raise_type_error_naming_the_parameter(bad):
+    heap = HostHeap()
+    mr = heap.resource()
+    with pytest.raises(TypeError, match="stream"):
+        nbrmm.Buffer(16, mr=mr, stream=bad)
+    with pytest.raises(TypeError, match="stream"):
+        mr.allocate(16, bad)
+    assert heap.bytes_in_use == 0
+    if bad is not None:
+        with pytest.raises(TypeError):
+            nbrmm.Stream(bad)
+
+
+def test_protocol_returning_garbage_is_rejected():
+    class Broken:
+        def __cuda_stream__(self):
+            return "nope"
+
+    with pytest.raises(TypeError, match="__cuda_stream__"):
+        nbrmm.Stream(Broken())
+
+
+def test_flags_only_for_new_streams():
+    with pytest.raises(TypeError, match="flags"):
+        nbrmm.Stream(ForeignStream(5), flags=nbrmm.CudaStreamFlags.NON_BLOCKING)
+
+
+def test_foreign_stream_accepted_directly_by_allocating_calls():
+    heap = HostHeap()
+    mr = heap.resource()
+    seen = []
+    orig = heap.allocate
+
+    def allocate(n, stream):
+        seen.append(stream.handle)
+        return orig(n, stream)
+
+    heap.allocate = allocate
+    mr = nbrmm.mr.CallbackMemoryResource(heap.allocate, heap.deallocate)
+    buf = nbrmm.Buffer(32, mr=mr, stream=ForeignStream(0x42))
+    assert seen == [0x42]
+    assert buf.stream.handle == 0x42
+    del buf
+
+
+@pytest.mark.gpu
+def test_owned_stream_lifecycle():
+    s = nbrmm.Stream()
+    assert s.handle not in (0, 1, 2)
+    s.synchronize()
+    nb = nbrmm.Stream(flags=nbrmm.CudaStreamFlags.NON_BLOCKING)
+    assert nb != s
+    view = nbrmm.Stream(s)
+    del s
+    gc.collect()
+    view.synchronize()  # the owned stream lives as long as any Stream using it
+
+
+@pytest.mark.gpu
+def test_stream_pool_cycles_and_keeps_pool_alive():
+    pool = nbrmm.CudaStreamPool(pool_size=3)
+    assert pool.get_pool_size() == 3
+    handles = [pool.get_stream().handle for _ in range(6)]
+    assert handles[:3] == handles[3:]
+    assert len(set(handles[:3])) == 3
+    assert pool.get_stream(1).handle == handles[1] or pool.get_stream(1).handle in handles
+    with pytest.raises(ValueError, match="stream_id"):
+        pool.get_stream(3)
+    s = pool.get_stream(0)
+    ref = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert ref() is not None
+    s.synchronize()
+    del s
+    gc.collect()
+    assert ref() is None
+
+
+def test_stream_pool_rejects_empty():
+    with pytest.raises(ValueError, match="pool_size"):
+        nbrmm.CudaStreamPool(pool_size=0)
