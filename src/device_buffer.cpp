@@ -575,6 +575,28 @@ The destination.)doc")
              std::to_string(self.buf->size()) + " ptr=" + ptr + ">";
     });
 
+  cls.def_static(
+    "_from_capsule",
+    [](nb::capsule capsule) {
+      auto* owned =
+        static_cast<rmm::device_buffer*>(PyCapsule_GetPointer(capsule.ptr(), NBRMM_BUFFER_CAPSULE));
+      if (owned == nullptr) { throw nb::python_error(); }
+      if (PyCapsule_GetContext(capsule.ptr()) != nullptr) {
+        throw nb::value_error("this rmm::device_buffer was already handed to Python");
+      }
+      // The buffer owns its resource; its `mr` is the Python object for that resource.
+      int const device = current_device();
+      nb::object mr =
+        wrap_resource(device_resource{owned->memory_resource()}, device);
+      nb::object stream = stream_for_handle(owned->stream().get());
+      nb::object out = make_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
+                                   std::move(*owned), std::move(mr), std::move(stream));
+      PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
+      return out;
+    },
+    nb::arg("capsule"),
+    "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
+
   nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
                                    nb::is_weak_referenceable(), R"doc(
 rmm-compatible device buffer: ``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM,

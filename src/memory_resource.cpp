@@ -406,6 +406,24 @@ alignment : int, optional
       },
       nb::is_operator(), "Whether both objects use the same underlying resource.")
     .def("__hash__", &resource_identity)
+    .def(
+      "__nbrmm_resource__",
+      [](nb::handle self) {
+        auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+        // The copy carries this object, so a buffer that C++ allocates from it and hands
+        // back to Python reports this very object as its `mr`.
+        PyObject* cap = resource_capsule(device_resource{python_owned_resource{r.get(), self}});
+        if (cap == nullptr) { throw nb::python_error(); }
+        return nb::steal(cap);
+      },
+      R"doc(An owning C++ copy of the resource, for C++ extensions (capsule protocol).
+
+Returns
+-------
+PyCapsule
+    Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
+    ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
+    ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.)doc")
     .def("__repr__", [](nb::handle self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       return "<" + std::string{nb::type_name(self.type()).c_str()} +

@@ -12,6 +12,8 @@
 
 #include "pch.hpp"
 
+#include <nbrmm/nbrmm.hpp>  // the public C++ API (capsule protocol)
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,8 +23,6 @@ namespace nb = nanobind;
 
 namespace nbrmm {
 
-/// The owning, type-erased resource handle that librmm 26.10 uses everywhere.
-using device_resource = cuda::mr::any_resource<cuda::mr::device_accessible>;
 
 /// librmm's default allocation alignment (CUDA's 256 bytes).
 inline constexpr std::size_t default_alignment = rmm::CUDA_ALLOCATION_ALIGNMENT;

@@ -35,6 +35,22 @@ from nbrmm._nbrmm import (  # noqa: E402
 from nbrmm import mr  # noqa: E402
 from nbrmm._version import __version__  # noqa: E402
 
+
+
+def get_include():
+    """The folder holding ``nbrmm/nbrmm.hpp``, nbrmm's C++ API for extensions.
+
+    Returns
+    -------
+    str
+        Add it to the include path of a C++ extension (together with librmm's headers).
+    """
+    import os
+
+    # Installed next to the extension (also in editable installs).
+    return os.path.join(os.path.dirname(_nbrmm.__file__), "include")
+
+
 # Python objects held in librmm's per-device map are released before the interpreter
 # shuts down; C++ keeps using the resources themselves.
 _atexit.register(_nbrmm._release_python_objects)
@@ -57,6 +73,7 @@ __all__ = [
     "get_current_device",
     "get_device_count",
     "get_device_info",
+    "get_include",
     "mr",
     "set_current_device",
     "to_device",

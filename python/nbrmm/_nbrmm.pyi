@@ -258,6 +258,18 @@ class DeviceMemoryResource:
 
     def __hash__(self) -> int: ...
 
+    def __nbrmm_resource__(self) -> object:
+        """
+        An owning C++ copy of the resource, for C++ extensions (capsule protocol).
+
+        Returns
+        -------
+        PyCapsule
+            Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
+            ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
+            ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.
+        """
+
     def __repr__(self) -> str: ...
 
 class UpstreamResourceAdaptor(DeviceMemoryResource):
