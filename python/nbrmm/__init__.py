@@ -33,6 +33,13 @@ from nbrmm._nbrmm import (  # noqa: E402
     to_device,
 )
 from nbrmm import mr  # noqa: E402
+from nbrmm._pickle import loads, unpickling_resource  # noqa: E402
+from nbrmm._reinitialize import (  # noqa: E402
+    is_initialized,
+    register_reinitialize_hook,
+    reinitialize,
+    unregister_reinitialize_hook,
+)
 from nbrmm._version import __version__  # noqa: E402
 
 
@@ -74,7 +81,13 @@ __all__ = [
     "get_device_count",
     "get_device_info",
     "get_include",
+    "is_initialized",
+    "loads",
     "mr",
+    "register_reinitialize_hook",
+    "reinitialize",
     "set_current_device",
     "to_device",
+    "unpickling_resource",
+    "unregister_reinitialize_hook",
 ]

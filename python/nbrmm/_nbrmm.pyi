@@ -2,6 +2,8 @@
 
 import enum
 
+from nbrmm._pickle import _reduce_ex as __reduce_ex__
+
 
 class CudaError(RuntimeError):
     """A CUDA runtime call made by librmm failed (e.g. no GPU or driver)."""

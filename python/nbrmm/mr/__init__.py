@@ -48,6 +48,11 @@ def using_device_resource(mr, device=None):
         set_per_device_resource(dev, previous)
 
 
+def get_current_device_resource_type():
+    """The class of the current device resource (read from librmm's per-device map)."""
+    return type(get_current_device_resource())
+
+
 __all__ = [
     "CallbackMemoryResource",
     "CudaMemoryResource",
@@ -55,6 +60,7 @@ __all__ = [
     "UpstreamResourceAdaptor",
     "available_device_memory",
     "get_current_device_resource",
+    "get_current_device_resource_type",
     "get_per_device_resource",
     "is_initialized",
     "reset_per_device_resource",
