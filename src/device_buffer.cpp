@@ -24,16 +24,37 @@ struct Buffer {
   nb::object mr;                          ///< the resource object that frees the memory
   nb::object stream;                      ///< the stream the buffer is ordered on
   int device{-1};                         ///< the device the memory lives on
+  DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when counted as a holder of its callables
 
   Buffer() = default;
-  Buffer(Buffer&&) noexcept = default;
-  Buffer& operator=(Buffer&&) noexcept = default;
+  Buffer(Buffer&& o) noexcept
+    : buf{std::move(o.buf)},
+      mr{std::move(o.mr)},
+      stream{std::move(o.stream)},
+      device{o.device},
+      counted_in{std::exchange(o.counted_in, nullptr)}
+  {
+    o.buf.reset();
+  }
+  Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
 
   rmm::device_buffer& get()
   {
     if (!buf.has_value()) { throw nb::value_error("the buffer is closed"); }
     return *buf;
+  }
+
+  /// Records this buffer as a holder of `mr`'s Python callables when its C++ resource
+  /// copy shares them (see DeviceMemoryResource::buffer_holders).
+  void count_holder() noexcept
+  {
+    auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
+    auto const* state = python_state(r->res);
+    if (state != nullptr && python_state(buf->memory_resource()) == state) {
+      ++r->buffer_holders.n;
+      counted_in = r;
+    }
   }
 
   /// Frees the memory (ordered on the buffer's stream) without holding the GIL.
@@ -45,6 +66,10 @@ struct Buffer {
       buf.reset();
     } else {
       buf.reset();
+    }
+    if (counted_in != nullptr) {
+      --counted_in->buffer_holders.n;
+      counted_in = nullptr;
     }
   }
 };
@@ -170,6 +195,7 @@ nb::object make_buffer(nb::handle cls, rmm::device_buffer&& b, nb::object mr, nb
   self->buf.emplace(std::move(b));
   self->mr     = std::move(mr);
   self->stream = std::move(stream);
+  self->count_holder();
   nb::inst_mark_ready(obj);
   return obj;
 }
@@ -359,6 +385,23 @@ int buffer_traverse(PyObject* self, visitproc visit, void* arg)
   return 0;
 }
 
+/// Run by the garbage collector before it clears any object of a cycle: frees the memory
+/// while the resource (and any Python callables behind it) is still intact.
+void buffer_finalize(PyObject* self)
+{
+  if (nb::inst_ready(self)) { nb::inst_ptr<Buffer>(self)->release(); }
+}
+
+int buffer_clear(PyObject* self)
+{
+  if (!nb::inst_ready(self)) { return 0; }
+  Buffer* b = nb::inst_ptr<Buffer>(self);
+  b->release();
+  b->mr.reset();
+  b->stream.reset();
+  return 0;
+}
+
 int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 {
   Buffer* b = nb::inst_ptr<Buffer>(self);
@@ -376,6 +419,8 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 }
 
 PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
+                              {Py_tp_finalize, reinterpret_cast<void*>(buffer_finalize)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
                               {0, nullptr}};
 
@@ -421,6 +466,7 @@ asynchronous (synchronize the stream before reading the destination).)doc");
          }
          self->mr     = std::move(mr_obj);
          self->stream = std::move(s_obj);
+         self->count_holder();
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
        nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
@@ -628,6 +674,7 @@ mr : DeviceMemoryResource, optional
         }
         self->mr     = std::move(mr_obj);
         self->stream = std::move(s_obj);
+        self->count_holder();
         if (ptr != 0) { copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n, s); }
       },
       nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,

@@ -17,6 +17,11 @@
 //      the resource that will free it (the very Python object when the buffer was allocated
 //      from a resource set or created in Python, otherwise an nbrmm object for the C++ one).
 //
+// A resource obtained from Python may hold Python objects (the resource object itself, or
+// the callables of a Python-implemented resource). An extension that keeps one in static
+// storage should drop it at interpreter exit (e.g. from an `atexit` hook); one dropped
+// after the interpreter has shut down leaks those objects rather than touching Python.
+//
 // Both functions require the GIL, return nullptr with a Python exception set on failure
 // (resource_from_python throws std::invalid_argument instead, since it returns by value),
 // and import `nbrmm` on first use.

@@ -1,6 +1,7 @@
 """nanobind bindings for librmm (RAPIDS Memory Manager)"""
 
 import enum
+from typing import Any
 
 from nbrmm._pickle import _reduce_ex as __reduce_ex__
 
@@ -420,6 +421,8 @@ class Buffer:
 
     def __init__(self, nbytes: object = 0, *, mr: object | None = None, stream: object = ..., alignment: int = 256) -> None: ...
 
+    def __del__(*args, **kwargs) -> Any: ...
+
     @property
     def ptr(self) -> int:
         """The device pointer as an int."""
@@ -571,6 +574,8 @@ class DeviceBuffer(Buffer):
     """
 
     def __init__(self, *, ptr: int = 0, size: object = 0, stream: object = ..., mr: object | None = None) -> None: ...
+
+    def __del__(*args, **kwargs) -> Any: ...
 
     @staticmethod
     def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:

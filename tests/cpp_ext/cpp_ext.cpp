@@ -122,4 +122,8 @@ NB_MODULE(cpp_ext, m)
 
   m.def(
     "release_held", []() { held_resource().reset(); }, "Drop the held C++ copy.");
+
+  // A well-behaved extension drops the Python objects it holds before the interpreter
+  // shuts down (see <nbrmm/nbrmm.hpp>).
+  nb::module_::import_("atexit").attr("register")(m.attr("release_held"));
 }
