@@ -353,12 +353,26 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
   if (status != cudaSuccess) { cuda_fail(status, "cudaStreamWaitEvent"); }
 }
 
-/// DLPack device type of the buffer's memory: CUDA, or CUDA host (pinned/managed).
+/// DLPack device of the buffer's memory, asked of the driver: CUDA, CUDA host (pinned) or
+/// CUDA managed. Without a driver the resource's host accessibility decides.
 std::pair<int, int> dlpack_device(Buffer& self)
 {
-  self.get();
-  auto const* r = nb::inst_ptr<DeviceMemoryResource>(self.mr);
+  auto& b          = self.get();
   int const device = self.device < 0 ? 0 : self.device;
+  if (b.data() != nullptr) {
+    cudaPointerAttributes attrs{};
+    if (cudaPointerGetAttributes(&attrs, b.data()) == cudaSuccess) {
+      switch (attrs.type) {
+        case cudaMemoryTypeHost: return {static_cast<int>(nb::device::cuda_host::value), 0};
+        case cudaMemoryTypeManaged:
+          return {static_cast<int>(nb::device::cuda_managed::value), device};
+        default: break;
+      }
+    } else {
+      cudaGetLastError();
+    }
+  }
+  auto const* r = nb::inst_ptr<DeviceMemoryResource>(self.mr);
   if (r->host_accessible) { return {static_cast<int>(nb::device::cuda_managed::value), device}; }
   return {static_cast<int>(nb::device::cuda::value), device};
 }
