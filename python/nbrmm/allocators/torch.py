@@ -14,7 +14,9 @@ or, for some allocations only, through a memory pool:
 
 The allocator's C functions are compiled into nbrmm's extension. Each allocation records
 the resource that made it (and its stream), so torch frees it to that resource, even if
-the current device resource changed meanwhile. The functions never take the GIL.
+the current device resource changed meanwhile. The functions never take the GIL
+themselves (torch may call them while holding its own locks); a resource implemented in
+Python takes it for its callbacks, so prefer C++ resources behind torch.
 
 A failed allocation raises the C++ error into torch, which reports it as a
 ``RuntimeError`` carrying librmm's message (torch's pluggable allocators cannot raise
