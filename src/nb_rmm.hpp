@@ -269,5 +269,7 @@ void bind_cuda_memory_resource(nb::module_& m);
 void bind_callback_memory_resource(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
+void bind_cupy_allocator(nb::module_& m);
+void bind_torch_allocator(nb::module_& m);
 
 }  // namespace nbrmm

@@ -1,0 +1,69 @@
+"""CuPy allocator hooks: CuPy memory from nbrmm resources.
+
+Examples
+--------
+>>> import cupy, nbrmm
+>>> from nbrmm.allocators.cupy import cupy_allocator, rmm_cupy_allocator
+>>> cupy.cuda.set_allocator(rmm_cupy_allocator)      # the current device resource
+>>> arena = nbrmm.mr.ArenaMemoryResource(nbrmm.mr.CudaMemoryResource())
+>>> with cupy.cuda.using_allocator(cupy_allocator(mr=arena)):
+...     x = cupy.arange(10)                          # allocated from ``arena``
+
+Each allocation is a ``cupy.cuda.MemoryPointer`` to an :class:`Memory` that owns a C++
+copy of its resource: the memory returns to that resource, on the stream it was allocated
+on, when CuPy drops it, even if the current resource has changed since. A failed
+allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
+"""
+
+try:
+    import cupy.cuda.memory as _cupy_memory
+    import cupy.cuda.stream as _cupy_stream
+except ImportError as exc:
+    raise ImportError(
+        "nbrmm.allocators.cupy needs CuPy: install the 'cupy' package for your CUDA "
+        f"version (e.g. cupy-cuda13x). Importing it failed: {exc}",
+        name="cupy",
+    ) from exc
+
+from nbrmm import _nbrmm
+
+_nbrmm._cupy_init(_cupy_memory, _cupy_stream)
+
+def cupy_allocator(mr=None, stream=None):
+    """Make a CuPy allocator that allocates from ``mr``.
+
+    Parameters
+    ----------
+    mr : DeviceMemoryResource, optional
+        The resource to allocate from. None (the default): the current device resource,
+        read from librmm's per-device map at each allocation.
+    stream : Stream or object with ``__cuda_stream__``, optional
+        The stream every allocation is ordered on (and later freed on). None (the
+        default): CuPy's current stream at each allocation.
+
+    Returns
+    -------
+    CupyAllocator
+        ``allocator(nbytes) -> cupy.cuda.MemoryPointer``, for ``cupy.cuda.set_allocator``
+        or ``cupy.cuda.using_allocator``. It keeps ``mr`` and ``stream`` alive, and every
+        allocation keeps its resource alive until CuPy frees it.
+
+    Raises
+    ------
+    TypeError
+        If ``mr`` is not an nbrmm resource or ``stream`` is not stream-like.
+    """
+    return _nbrmm._cupy_allocator(mr, stream)
+
+
+#: The rmm-compatible hook: ``rmm_cupy_allocator(nbytes)`` allocates from the current
+#: device resource on CuPy's current stream.
+rmm_cupy_allocator = cupy_allocator()
+
+#: The class of the allocators made by :func:`cupy_allocator`.
+CupyAllocator = type(rmm_cupy_allocator)
+
+#: The class of the memory objects behind the MemoryPointers the allocators return.
+Memory = _nbrmm._cupy_memory_type()
+
+__all__ = ["CupyAllocator", "Memory", "cupy_allocator", "rmm_cupy_allocator"]

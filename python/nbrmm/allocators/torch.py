@@ -1,0 +1,91 @@
+"""PyTorch allocator hooks: torch CUDA memory from nbrmm resources.
+
+Examples
+--------
+>>> import torch, nbrmm
+>>> from nbrmm.allocators.torch import rmm_torch_allocator, torch_allocator
+>>> torch.cuda.memory.change_current_allocator(rmm_torch_allocator)  # before any CUDA use
+
+or, for some allocations only, through a memory pool:
+
+>>> pool = torch.cuda.MemPool(torch_allocator(mr=some_resource).allocator())
+>>> with torch.cuda.use_mem_pool(pool):
+...     t = torch.ones(1024, device="cuda")
+
+The allocator's C functions are compiled into nbrmm's extension. Each allocation records
+the resource that made it (and its stream), so torch frees it to that resource, even if
+the current device resource changed meanwhile. The functions never take the GIL
+themselves (torch may call them while holding its own locks); a resource implemented in
+Python takes it for its callbacks, so prefer C++ resources behind torch.
+
+A failed allocation raises the C++ error into torch, which reports it as a
+``RuntimeError`` carrying librmm's message (torch's pluggable allocators cannot raise
+``torch.cuda.OutOfMemoryError``).
+"""
+
+try:
+    import torch as _torch
+    from torch.cuda.memory import CUDAPluggableAllocator as _CUDAPluggableAllocator
+except ImportError as exc:
+    raise ImportError(
+        "nbrmm.allocators.torch needs PyTorch: install the 'torch' package (a CUDA "
+        f"build). Importing it failed: {exc}",
+        name="torch",
+    ) from exc
+
+import threading as _threading
+
+from nbrmm import _nbrmm
+
+_LIBRARY = _nbrmm.__file__
+_FREE_FUNCTION = "nbrmm_torch_free"
+_lock = _threading.Lock()
+_by_slot: dict[int, object] = {}
+
+
+def _alloc_function(slot):
+    return f"nbrmm_torch_alloc_{slot}"
+
+
+def torch_allocator(mr=None):
+    """Make a torch pluggable allocator that allocates from ``mr``.
+
+    Parameters
+    ----------
+    mr : DeviceMemoryResource or dict[int, DeviceMemoryResource], optional
+        None (the default): the current resource of the device torch allocates on, read
+        from librmm's per-device map at each allocation. A resource: that resource (for
+        the device it was created on). A dict: one resource per device id.
+
+    Returns
+    -------
+    torch.cuda.memory.CUDAPluggableAllocator
+        For ``torch.cuda.memory.change_current_allocator`` or
+        ``torch.cuda.MemPool(allocator.allocator())``. Equal bindings return the same
+        object.
+
+    Raises
+    ------
+    TypeError
+        If ``mr`` is not a resource or a dict of them.
+    ValueError
+        If a resource was created on another device than its key, or too many different
+        bindings were made (a binding stays alive for the life of the process, since torch
+        may call it at any time).
+    """
+    slot = _nbrmm._torch_bind(mr)
+    with _lock:
+        allocator = _by_slot.get(slot)
+        if allocator is None:
+            allocator = _CUDAPluggableAllocator(
+                _LIBRARY, _alloc_function(slot), _FREE_FUNCTION
+            )
+            _by_slot[slot] = allocator
+    return allocator
+
+
+#: The rmm-compatible hook: a ``CUDAPluggableAllocator`` that allocates from the current
+#: device resource (None when torch has no usable CUDA, as in rmm).
+rmm_torch_allocator = torch_allocator() if _torch.cuda.is_available() else None
+
+__all__ = ["rmm_torch_allocator", "torch_allocator"]

@@ -1,0 +1,260 @@
+// The PyTorch allocator hook behind nbrmm.allocators.torch.
+//
+// `torch.cuda.memory.CUDAPluggableAllocator` loads a shared library by path and calls two
+// C functions by name. This extension exports them itself (default visibility):
+//
+//   void* nbrmm_torch_alloc_<slot>(size_t size, int device, cudaStream_t stream)
+//   void  nbrmm_torch_free(void* ptr, size_t size, int device, cudaStream_t stream)
+//
+// Slot 0 allocates from the current resource of `device` (read from librmm's per-device
+// map at each call); every other slot is bound, once and for the life of the process, to
+// chosen resources (one per device). Every allocation records its pointer with a C++ copy
+// of the resource that served it and the stream it was allocated on, so `free` returns the
+// memory to that resource on that stream, whatever is current by then.
+//
+// Both functions run on whatever thread torch calls them from, with or without the GIL,
+// and never touch Python (torch may hold its own locks while calling them).
+#include "hooks.hpp"
+
+#include <rmm/cuda_device.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace nbrmm {
+namespace {
+
+constexpr int torch_slot_count = 16;
+
+/// What one slot allocates from. Immutable once published.
+struct torch_binding {
+  bool current{false};  ///< the current resource of the requested device
+  std::vector<std::pair<int, device_resource>> by_device;  ///< device -1: any device
+
+  [[nodiscard]] device_resource const* find(int device) const noexcept
+  {
+    for (auto const& [d, res] : by_device) {
+      if (d == device || d < 0) { return &res; }
+    }
+    return nullptr;
+  }
+
+  [[nodiscard]] bool same_as(torch_binding const& other) const
+  {
+    if (current != other.current || by_device.size() != other.by_device.size()) { return false; }
+    for (std::size_t i = 0; i < by_device.size(); ++i) {
+      if (by_device[i].first != other.by_device[i].first ||
+          !(by_device[i].second == other.by_device[i].second)) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+struct torch_record {
+  device_resource res;  ///< the resource that allocated the memory
+  std::size_t bytes;
+  cudaStream_t stream;
+  int device;
+};
+
+/// Process-wide state, never destroyed: torch may call `free` during process teardown.
+struct torch_state {
+  std::array<std::atomic<torch_binding const*>, torch_slot_count> slots{};
+  std::mutex bind_lock;
+  std::mutex records_lock;
+  std::unordered_map<void*, torch_record> records;
+};
+
+torch_state& state()
+{
+  static torch_state* s = [] {
+    auto* st = new torch_state{};
+    st->slots[0].store(new torch_binding{true, {}}, std::memory_order_release);
+    return st;
+  }();
+  return *s;
+}
+
+void* torch_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
+{
+  if (size == 0) { return nullptr; }
+  torch_state& st          = state();
+  torch_binding const* b   = st.slots[slot].load(std::memory_order_acquire);
+  if (b == nullptr) {
+    throw rmm::logic_error{"nbrmm: torch allocator slot " + std::to_string(slot) +
+                           " is not bound to a resource"};
+  }
+  rmm::cuda_set_device_raii const with_device{rmm::cuda_device_id{device}};
+  device_resource res;
+  if (b->current) {
+    res = hooks::current_resource(device);
+  } else if (auto const* bound = b->find(device)) {
+    res = *bound;
+  } else {
+    throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
+                           std::to_string(device)};
+  }
+  void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
+  try {
+    std::lock_guard<std::mutex> lock{st.records_lock};
+    st.records.insert_or_assign(ptr, torch_record{res, size, stream, device});
+  } catch (...) {
+    res.deallocate(cuda::stream_ref{stream}, ptr, size, default_alignment);
+    throw;
+  }
+  return ptr;
+}
+
+void torch_free(void* ptr) noexcept
+{
+  if (ptr == nullptr) { return; }
+  torch_state& st = state();
+  std::optional<torch_record> rec;
+  {
+    std::lock_guard<std::mutex> lock{st.records_lock};
+    auto node = st.records.extract(ptr);
+    if (node.empty()) { return; }  // not ours: nothing to free
+    rec.emplace(std::move(node.mapped()));
+  }
+  try {
+    rmm::cuda_set_device_raii const with_device{rmm::cuda_device_id{rec->device}};
+    rec->res.deallocate(cuda::stream_ref{rec->stream}, ptr, rec->bytes, default_alignment);
+    rec.reset();
+  } catch (...) {
+    // A deallocation cannot report failure to torch; the memory is lost.
+  }
+}
+
+/// Binds a slot to `binding` (or finds one bound alike) and returns its index.
+int bind_slot(torch_binding binding)
+{
+  torch_state& st = state();
+  std::lock_guard<std::mutex> lock{st.bind_lock};
+  for (int i = 0; i < torch_slot_count; ++i) {
+    torch_binding const* b = st.slots[i].load(std::memory_order_acquire);
+    if (b == nullptr) {
+      st.slots[i].store(new torch_binding{std::move(binding)}, std::memory_order_release);
+      return i;
+    }
+    if (b->same_as(binding)) { return i; }
+  }
+  throw nb::value_error(("mr: at most " + std::to_string(torch_slot_count - 1) +
+                         " different resource bindings can be given to torch per process")
+                          .c_str());
+}
+
+int torch_bind(nb::handle mr)
+{
+  if (mr.is_none()) { return 0; }
+  torch_binding binding;
+  if (PyDict_Check(mr.ptr())) {
+    for (auto [key, value] : nb::borrow<nb::dict>(mr)) {
+      if (!PyLong_CheckExact(key.ptr())) {
+        throw nb::type_error("mr: the keys of a mapping must be device ids (int)");
+      }
+      int const device = nb::cast<int>(key);
+      if (device < 0) { throw nb::value_error("mr: device ids must be non-negative"); }
+      DeviceMemoryResource& r = resource_arg(value, "mr");
+      if (r.device >= 0 && r.device != device) {
+        throw nb::value_error(("mr: the resource for device " + std::to_string(device) +
+                               " was created on device " + std::to_string(r.device))
+                                .c_str());
+      }
+      binding.by_device.emplace_back(device, r.get());
+    }
+    if (binding.by_device.empty()) { throw nb::value_error("mr: the mapping is empty"); }
+    std::sort(binding.by_device.begin(), binding.by_device.end(),
+              [](auto const& a, auto const& b) { return a.first < b.first; });
+  } else {
+    DeviceMemoryResource& r = resource_arg(mr, "mr");
+    binding.by_device.emplace_back(r.device, r.get());
+  }
+  return bind_slot(std::move(binding));
+}
+
+std::size_t torch_outstanding()
+{
+  torch_state& st = state();
+  std::lock_guard<std::mutex> lock{st.records_lock};
+  return st.records.size();
+}
+
+}  // namespace
+}  // namespace nbrmm
+
+// ------------------------------------------------------------------------------------
+// The C functions torch looks up by name
+// ------------------------------------------------------------------------------------
+
+#define NBRMM_TORCH_EXPORT extern "C" __attribute__((visibility("default")))
+
+#define NBRMM_TORCH_SLOT(i)                                                                   \
+  NBRMM_TORCH_EXPORT void* nbrmm_torch_alloc_##i(std::size_t size, int device,               \
+                                                 cudaStream_t stream)                         \
+  {                                                                                           \
+    return nbrmm::torch_alloc(i, size, device, stream);                                       \
+  }
+
+NBRMM_TORCH_SLOT(0)
+NBRMM_TORCH_SLOT(1)
+NBRMM_TORCH_SLOT(2)
+NBRMM_TORCH_SLOT(3)
+NBRMM_TORCH_SLOT(4)
+NBRMM_TORCH_SLOT(5)
+NBRMM_TORCH_SLOT(6)
+NBRMM_TORCH_SLOT(7)
+NBRMM_TORCH_SLOT(8)
+NBRMM_TORCH_SLOT(9)
+NBRMM_TORCH_SLOT(10)
+NBRMM_TORCH_SLOT(11)
+NBRMM_TORCH_SLOT(12)
+NBRMM_TORCH_SLOT(13)
+NBRMM_TORCH_SLOT(14)
+NBRMM_TORCH_SLOT(15)
+
+NBRMM_TORCH_EXPORT void nbrmm_torch_free(void* ptr, std::size_t, int, cudaStream_t) noexcept
+{
+  nbrmm::torch_free(ptr);
+}
+
+namespace nbrmm {
+
+void bind_torch_allocator(nb::module_& m)
+{
+  static_assert(torch_slot_count == 16, "export one nbrmm_torch_alloc_<i> per slot");
+  m.def("_torch_bind", &torch_bind, nb::arg("mr").none(),
+        R"doc(The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr``.
+
+Parameters
+----------
+mr : DeviceMemoryResource, dict[int, DeviceMemoryResource] or None
+    None: the current resource of the device torch asks for (slot 0). A resource: that
+    resource, for the device it was created on. A dict: one resource per device.
+
+Returns
+-------
+int
+    The slot. Equal bindings share a slot; a slot stays bound (and keeps its resources
+    alive) until the process exits.
+
+Raises
+------
+TypeError
+    If ``mr`` is not a resource or a dict of them.
+ValueError
+    If a resource was created on another device than its key, or every slot is taken.)doc");
+  m.def("_torch_outstanding", &torch_outstanding,
+        "The number of allocations made through the torch hook and not yet freed.");
+  m.attr("_torch_slot_count") = torch_slot_count;
+}
+
+}  // namespace nbrmm
