@@ -566,3 +566,92 @@ def to_device(b: object, stream: object = ..., mr: object | None = None) -> obje
     """
     A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: the current device resource).
     """
+
+class level_enum(enum.IntEnum):
+    """
+    Severity levels of librmm's debug logger, from the most verbose to ``off``.
+
+    An ``IntEnum``: levels compare by severity (``level_enum.debug < level_enum.warn``).
+    """
+
+    trace = 0
+    """Most verbose: every traced event."""
+
+    debug = 1
+    """Debugging messages."""
+
+    info = 2
+    """Informational messages."""
+
+    warn = 3
+    """Warnings."""
+
+    error = 4
+    """Errors."""
+
+    critical = 5
+    """Critical errors."""
+
+    off = 6
+    """Nothing is logged."""
+
+def should_log(level: level_enum) -> bool:
+    """
+    Whether librmm's debug logger writes messages of ``level``.
+
+    Parameters
+    ----------
+    level : level_enum
+        The severity of a message.
+
+    Returns
+    -------
+    bool
+        True when ``level`` is at or above the logging level (see :func:`set_logging_level`).
+    """
+
+def set_logging_level(level: level_enum) -> None:
+    """
+    Set the least severe level that librmm's debug logger writes.
+
+    Messages below ``level`` are dropped; ``level_enum.off`` silences the logger. Note that
+    librmm is compiled with a minimum level: messages below it are never produced at all.
+
+    Parameters
+    ----------
+    level : level_enum
+        The new logging level.
+    """
+
+def get_logging_level() -> level_enum:
+    """
+    The least severe level that librmm's debug logger writes.
+
+    Returns
+    -------
+    level_enum
+        The logging level.
+    """
+
+def flush_logger() -> None:
+    """Write out every message that librmm's debug logger has buffered."""
+
+def set_flush_level(level: level_enum) -> None:
+    """
+    Flush librmm's debug logger after every message of ``level`` or above.
+
+    Parameters
+    ----------
+    level : level_enum
+        The flush level.
+    """
+
+def get_flush_level() -> level_enum:
+    """
+    The level at or above which librmm's debug logger flushes after each message.
+
+    Returns
+    -------
+    level_enum
+        The flush level.
+    """
