@@ -11,6 +11,8 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_memory_resource(m);  // base classes before every resource
   nbrmm::bind_cuda_memory_resource(m);
   nbrmm::bind_callback_memory_resource(m);
+  nbrmm::bind_logging_resource_adaptor(m);
+  nbrmm::bind_statistics_resource_adaptor(m);
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
   nbrmm::bind_logger(m);

@@ -245,6 +245,8 @@ void bind_cuda_stream_pool(nb::module_& m);
 void bind_memory_resource(nb::module_& m);
 void bind_cuda_memory_resource(nb::module_& m);
 void bind_callback_memory_resource(nb::module_& m);
+void bind_logging_resource_adaptor(nb::module_& m);
+void bind_statistics_resource_adaptor(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
 void bind_logger(nb::module_& m);

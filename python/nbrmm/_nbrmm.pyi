@@ -1,6 +1,9 @@
 """nanobind bindings for librmm (RAPIDS Memory Manager)"""
 
 import enum
+import os
+
+import nbrmm.statistics
 
 
 class CudaError(RuntimeError):
@@ -314,6 +317,88 @@ class CallbackMemoryResource(DeviceMemoryResource):
     @property
     def deallocate_func(self) -> object:
         """The deallocation callable."""
+
+class LoggingResourceAdaptor(UpstreamResourceAdaptor):
+    """
+    Adaptor that logs every allocation and free to a CSV file.
+
+    The columns are ``Thread,Time,Action,Pointer,Size,Stream``; ``Action`` is ``allocate``,
+    ``allocate failure`` or ``free``. The file is truncated when the adaptor is created and
+    written through a buffer: call :meth:`flush` to see the latest lines.
+
+    Parameters
+    ----------
+    upstream_mr : DeviceMemoryResource
+        The resource that serves the allocations; created on the current device.
+    log_file_name : str or os.PathLike, optional
+        The log file; ``$RMM_LOG_FILE`` when omitted. As in rmm, ``.dev<device id>`` is
+        inserted before the extension (``log.csv`` becomes ``log.dev0.csv``) and the path is
+        made absolute: :meth:`get_file_name` returns the result.
+
+    Raises
+    ------
+    ValueError
+        If no file name is given and ``RMM_LOG_FILE`` is not set.
+    OSError
+        If the file cannot be opened.
+    """
+
+    def __init__(self, upstream_mr: DeviceMemoryResource, log_file_name: str | os.PathLike[str] | None = None) -> None: ...
+
+    def flush(self) -> None:
+        """Write buffered log lines to the file."""
+
+    def get_file_name(self) -> str | None:
+        """
+        The absolute path of the log file (None for an adaptor made by C++ code).
+        """
+
+class StatisticsResourceAdaptor(UpstreamResourceAdaptor):
+    """
+    Adaptor that counts the bytes and allocations that pass through it.
+
+    It keeps current, peak and total counts of bytes and of allocations, in a stack of
+    frames: :meth:`push_counters` starts a fresh frame and :meth:`pop_counters` ends it,
+    adding its counts to the frame below.
+
+    Parameters
+    ----------
+    upstream_mr : DeviceMemoryResource
+        The resource that serves the allocations; created on the current device.
+    """
+
+    def __init__(self, upstream_mr: DeviceMemoryResource) -> None: ...
+
+    @property
+    def allocation_counts(self, /) -> nbrmm.statistics.Statistics:
+        """
+        The counters of the current frame, as an ``nbrmm.statistics.Statistics``.
+        """
+
+    def push_counters(self) -> nbrmm.statistics.Statistics:
+        """
+        Start a new frame of counters, all zero.
+
+        Returns
+        -------
+        Statistics
+            The counters of the frame that was current before the push.
+        """
+
+    def pop_counters(self) -> nbrmm.statistics.Statistics:
+        """
+        End the current frame; its counts are added to the frame below.
+
+        Returns
+        -------
+        Statistics
+            The counters of the frame that was popped.
+
+        Raises
+        ------
+        IndexError
+            If no frame was pushed.
+        """
 
 def get_per_device_resource(device: int) -> object:
     """
