@@ -5,6 +5,11 @@
 #include "nb_rmm.hpp"
 
 #include <rmm/logger.hpp>
+#include <rmm/mr/per_device_resource.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
 
 namespace nbrmm {
 
@@ -66,6 +71,22 @@ level_enum
       rmm::default_logger().flush();
     },
     "Write out every message that librmm's debug logger has buffered.");
+
+  // For enable_logging()/disable_logging(), which act on every device that has a resource.
+  m.def(
+    "_devices_with_resource",
+    []() {
+      std::vector<int> devices;
+      {
+        std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
+        for (auto const& entry : rmm::mr::detail::get_ref_map()) {
+          devices.push_back(entry.first);
+        }
+      }
+      std::sort(devices.begin(), devices.end());
+      return devices;
+    },
+    "The devices that have an entry in librmm's per-device resource map, in order.");
 
   m.def(
     "set_flush_level", [](level_enum level) { rmm::default_logger().flush_on(level); },

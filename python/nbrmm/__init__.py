@@ -33,6 +33,18 @@ from nbrmm._nbrmm import (  # noqa: E402
     to_device,
 )
 from nbrmm import mr  # noqa: E402
+from nbrmm.logger import (  # noqa: E402
+    disable_logging,
+    enable_logging,
+    flush_logger,
+    get_flush_level,
+    get_log_filenames,
+    get_logging_level,
+    level_enum,
+    set_flush_level,
+    set_logging_level,
+    should_log,
+)
 from nbrmm._version import __version__  # noqa: E402
 
 # Python objects held in librmm's per-device map are released before the interpreter
@@ -54,10 +66,20 @@ __all__ = [
     "Stream",
     "__version__",
     "available_device_memory",
+    "disable_logging",
+    "enable_logging",
+    "flush_logger",
     "get_current_device",
     "get_device_count",
     "get_device_info",
+    "get_flush_level",
+    "get_log_filenames",
+    "get_logging_level",
+    "level_enum",
     "mr",
     "set_current_device",
+    "set_flush_level",
+    "set_logging_level",
+    "should_log",
     "to_device",
 ]

@@ -19,6 +19,7 @@ from nbrmm._nbrmm import (
     set_current_device_resource,
     set_per_device_resource,
 )
+from nbrmm.logger import disable_logging, enable_logging, get_log_filenames
 
 
 
@@ -58,7 +59,10 @@ __all__ = [
     "StatisticsResourceAdaptor",
     "UpstreamResourceAdaptor",
     "available_device_memory",
+    "disable_logging",
+    "enable_logging",
     "get_current_device_resource",
+    "get_log_filenames",
     "get_per_device_resource",
     "is_initialized",
     "reset_per_device_resource",
