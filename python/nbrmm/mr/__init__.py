@@ -51,6 +51,11 @@ def using_device_resource(mr, device=None):
         set_per_device_resource(dev, previous)
 
 
+def get_current_device_resource_type():
+    """The class of the current device resource (read from librmm's per-device map)."""
+    return type(get_current_device_resource())
+
+
 __all__ = [
     "CallbackMemoryResource",
     "CudaMemoryResource",
@@ -62,6 +67,7 @@ __all__ = [
     "disable_logging",
     "enable_logging",
     "get_current_device_resource",
+    "get_current_device_resource_type",
     "get_log_filenames",
     "get_per_device_resource",
     "is_initialized",
