@@ -274,3 +274,32 @@ def test_gpu_logging_on_a_pool(tmp_path):
     ]
     assert all(e.pointer != 0 for e in events)
     assert len({e.stream for e in events}) == 1 and events[0].stream not in ("", "0")
+
+
+# --------------------------------------------------------------------------------------
+# C++ sets the current resource (the separate test extension, through librmm's map)
+# --------------------------------------------------------------------------------------
+
+
+def test_logging_wraps_a_resource_that_cpp_set(tmp_path):
+    from nbrmm._testing import cpp_ext
+
+    cpp_ext.set_current_owned(nbrmm.get_device_count() > 0)
+    nbrmm.enable_logging(tmp_path / "cpp.csv")
+    adaptor = nbrmm.mr.get_current_device_resource()
+    assert isinstance(adaptor, nbrmm.mr.LoggingResourceAdaptor)
+    wrapped = adaptor.upstream_mr
+    assert isinstance(wrapped, nbrmm.mr.StatisticsResourceAdaptor)
+    buf = cpp_ext.allocate_from_current(4096)  # C++ allocates through the logging adaptor
+    ptr = buf.ptr
+    assert cpp_ext.owned_counts() == (4096, 1, 1)  # ... and C++'s own adaptor below it
+    del buf
+    nbrmm.disable_logging()
+    assert nbrmm.mr.get_current_device_resource() is wrapped
+    cpp_ext.allocate_from_current(1)  # C++'s adaptor serves again, unlogged
+    assert cpp_ext.owned_counts() == (0, 0, 2)
+    events = read_log(expected_path(tmp_path, "cpp.csv"))
+    assert [(e.action, e.size, e.pointer) for e in events] == [
+        ("allocate", 4096, ptr),
+        ("free", 4096, ptr),
+    ]

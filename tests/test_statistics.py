@@ -14,6 +14,8 @@ import nbrmm.statistics as st
 from helpers import POOL_SIZE, HostHeap
 from nbrmm.statistics import ProfilerRecords, Statistics
 
+ON_GPU = nbrmm.get_device_count() > 0
+
 
 def stats(cur_b, cur_n, peak_b, peak_n, tot_b, tot_n):
     return Statistics(cur_b, cur_n, peak_b, peak_n, tot_b, tot_n)
@@ -523,3 +525,60 @@ def test_gpu_statistics_and_profiler_on_a_pool():
     assert records.records["gpu step"] == ProfilerRecords.MemoryRecord(2, 20000, 10000)
     assert st.disable_statistics() == stats(0, 0, 10000, 4, 20000, 8)
     assert nbrmm.mr.get_current_device_resource() is pool
+
+
+# --------------------------------------------------------------------------------------
+# C++ sets the current resource (the separate test extension, through librmm's map)
+# --------------------------------------------------------------------------------------
+
+
+def test_statistics_follow_a_resource_that_cpp_set():
+    from nbrmm._testing import cpp_ext
+
+    cpp_ext.set_current_owned(ON_GPU)  # C++'s own statistics adaptor becomes current
+    assert isinstance(nbrmm.mr.get_current_device_resource(), nbrmm.mr.StatisticsResourceAdaptor)
+    assert st.get_statistics() == stats(0, 0, 0, 0, 0, 0)
+    a = nbrmm.Buffer(100)  # from Python
+    b = cpp_ext.allocate_from_current(200)  # from C++
+    assert st.get_statistics() == stats(300, 2, 300, 2, 300, 2)
+    assert cpp_ext.owned_counts() == (300, 2, 2)
+
+    # Python's push and pop act on C++'s adaptor.
+    st.push_statistics()
+    assert cpp_ext.owned_counts() == (0, 0, 0)
+    c = cpp_ext.allocate_from_current(50)
+    assert st.pop_statistics() == stats(50, 1, 50, 1, 50, 1)
+    assert cpp_ext.owned_counts() == (350, 3, 3)
+
+    # A block over it pushes a level; it ends cleanly although each read of the map
+    # gives a new Python object for the C++ resource.
+    with st.statistics() as level:
+        assert level == nbrmm.mr.get_current_device_resource()
+        d = cpp_ext.allocate_from_current(8)
+        assert cpp_ext.owned_counts() == (8, 1, 1)
+        del d
+    assert cpp_ext.current_is_owned()
+    del a, b, c
+    assert st.get_statistics() == stats(0, 0, 358, 4, 358, 4)
+
+
+def test_statistics_block_counts_cpp_allocations(heap):
+    from nbrmm._testing import cpp_ext
+
+    with st.statistics() as adaptor:
+        assert not cpp_ext.current_is_owned()
+        buf = cpp_ext.allocate_from_current(1000)
+        assert buf.mr is adaptor
+        assert st.get_statistics() == stats(1000, 1, 1000, 1, 1000, 1)
+        del buf
+    assert nbrmm.mr.get_current_device_resource() is heap.mr
+    assert adaptor.allocation_counts == stats(0, 0, 1000, 1, 1000, 1)
+
+
+def test_statistics_block_detects_cpp_replacing_the_current_resource(heap):
+    from nbrmm._testing import cpp_ext
+
+    with pytest.raises(ValueError, match="changed"):
+        with st.statistics():
+            cpp_ext.set_current_owned(ON_GPU)
+    assert cpp_ext.current_is_owned()  # what C++ set is left in place
