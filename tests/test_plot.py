@@ -195,7 +195,8 @@ def test_plot_command_line(tmp_path):
     write_profile(records, tmp_path / "p.json")
     out = tmp_path / "cli.png"
     run = subprocess.run(
-        [sys.executable, "-m", "nbrmm.plot", log, "-o", str(out), "--profile", str(tmp_path / "p.json")],
+        [sys.executable, "-m", "nbrmm.plot", log, "-o", str(out)]
+        + ["--profile", str(tmp_path / "p.json")],
         capture_output=True,
         text=True,
     )

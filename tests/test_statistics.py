@@ -582,3 +582,17 @@ def test_statistics_block_detects_cpp_replacing_the_current_resource(heap):
         with st.statistics():
             cpp_ext.set_current_owned(ON_GPU)
     assert cpp_ext.current_is_owned()  # what C++ set is left in place
+
+
+@pytest.mark.parametrize("name", ["nbrmm.statistics", "nbrmm.logger", "nbrmm.plot"])
+def test_modules_list_documented_names(name):
+    import importlib
+    import inspect
+
+    module = importlib.import_module(name)
+    assert module.__doc__
+    assert module.__all__ == sorted(module.__all__)
+    for attr in module.__all__:
+        obj = getattr(module, attr)
+        if inspect.isclass(obj) or callable(obj):
+            assert obj.__doc__, f"{name}.{attr} has no docstring"

@@ -75,7 +75,9 @@ def _parse_time(text, where):
         hours, minutes, seconds = text.strip().split(":")
         return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
     except ValueError:
-        raise ValueError(f"{where}: cannot parse the time {text!r} (expected HH:MM:SS.ffffff)") from None
+        raise ValueError(
+            f"{where}: cannot parse the time {text!r} (expected HH:MM:SS.ffffff)"
+        ) from None
 
 
 def _parse_pointer(text, where):
@@ -348,10 +350,8 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     peak = max(t.peak_bytes for t in timelines)
     factor, unit = _byte_unit(peak)
     end = max([t.times[-1] for t in timelines if t.times] + [0.0])
-    tscale, tunit = next(
-        (scale, name) for limit, scale, name in ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (float("inf"), 1.0, "s"))
-        if end < limit
-    )
+    time_units = ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (float("inf"), 1.0, "s"))
+    tscale, tunit = next((scale, name) for limit, scale, name in time_units if end < limit)
     panels = 2 if records else 1
     fig = Figure(figsize=(10, 4.2 * panels), layout="constrained")
     axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
@@ -387,7 +387,8 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     ax.set_ylim(0, max(peak / factor * 1.12, 1.0))
     ax.grid(True, alpha=0.3)
     counts = ", ".join(f"{t.allocations:,} allocations, {t.frees:,} frees" for t in timelines)
-    ax.set_title(title if title is not None else f"{', '.join(os.path.basename(p) for p in logs)}: {counts}")
+    names = ", ".join(os.path.basename(p) for p in logs)
+    ax.set_title(title if title is not None else f"{names}: {counts}")
     if len(logs) > 1 or any(t.failures for t in timelines):
         ax.legend(loc="upper left", fontsize=9)
 

@@ -247,7 +247,7 @@ def statistics(mr=None):
     res = _resource(mr)
     device = _get_current_device()
     if isinstance(res, _mr.StatisticsResourceAdaptor):
-        current = _mr.get_per_device_resource(device) if mr is None else None
+        current = res if mr is None else None  # the block must not change the current one
         res.push_counters()
         try:
             yield res
