@@ -48,6 +48,25 @@ void init_resource(Py* self, device_resource res, int device, bool host_accessib
   self->res             = std::move(res);
 }
 
+/// Binds `Py`, a resource without parameters that holds a default-constructed librmm
+/// `Cpp`, and registers its wrapper.
+template <class Py, class Cpp, bool HostAccessible>
+nb::class_<Py, DeviceMemoryResource> bind_plain_resource(nb::handle scope,
+                                                         char const* name,
+                                                         char const* doc)
+{
+  auto cls = resource_class<Py>(scope, name, doc);
+  cls.def(
+    "__init__",
+    [](Py* self) {
+      int const device = current_device();
+      init_resource(self, device_resource{Cpp{}}, device, HostAccessible);
+    },
+    "Create a resource on the current device.");
+  register_typed_wrapper<Py, Cpp, HostAccessible>();
+  return cls;
+}
+
 /// Runs `make()` (which creates a librmm resource) without the GIL when `release_gil`.
 template <class Make>
 device_resource make_resource(Make&& make, bool release_gil)
@@ -87,17 +106,35 @@ Cpp& resource_as(DeviceMemoryResource& self)
   return *p;
 }
 
-/// Registers a wrapper for a librmm adaptor type `Cpp` that has `get_upstream_resource()`:
-/// the Python object gets an `upstream_mr` that wraps (and shares) the C++ upstream.
-template <class Py, class Cpp>
+/// The default last step of an adaptor wrapper: nothing to add.
+struct no_finish {
+  template <class Cpp, class Py>
+  void operator()(Cpp const&, Py&, int) const noexcept
+  {
+  }
+};
+
+/// Registers a wrapper for an adaptor type `Cpp` (a librmm adaptor with
+/// `get_upstream_resource()`, or a holder_resource of one): the Python object gets an
+/// `upstream_mr` that wraps (and shares) the C++ upstream; then `Finish{}(cpp, obj,
+/// device)` adds what else the class keeps.
+template <class Py, class Cpp, class Finish = no_finish>
 void register_adaptor_wrapper()
 {
   register_wrapper([](device_resource const& res, int device) -> nb::object {
     auto const* cpp = cuda::mr::resource_cast<Cpp>(&res);
     if (cpp == nullptr) { return nb::object{}; }
-    nb::object up = wrap_resource(device_resource{cpp->get_upstream_resource()}, device);
+    device_resource upstream;
+    if constexpr (requires { cpp->inner(); }) {
+      upstream = device_resource{cpp->inner().get_upstream_resource()};
+    } else {
+      upstream = device_resource{cpp->get_upstream_resource()};
+    }
+    nb::object up   = wrap_resource(upstream, device);
     bool const host = nb::inst_ptr<DeviceMemoryResource>(up)->host_accessible;
-    return make_resource_object<Py>(res, device, std::move(up), host);
+    nb::object obj  = make_resource_object<Py>(res, device, std::move(up), host);
+    Finish{}(*cpp, *nb::inst_ptr<Py>(obj), device);
+    return obj;
   });
 }
 

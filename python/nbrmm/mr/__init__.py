@@ -5,11 +5,27 @@ import contextlib as _contextlib
 from nbrmm._nbrmm import get_current_device as _get_current_device
 
 from nbrmm._nbrmm import (
+    AlignedResourceAdaptor,
+    ArenaMemoryResource,
+    BinningMemoryResource,
     CallbackMemoryResource,
+    CudaAsyncMemoryResource,
+    CudaAsyncViewMemoryResource,
     CudaMemoryResource,
     DeviceMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
+    LimitingResourceAdaptor,
     LoggingResourceAdaptor,
+    ManagedMemoryResource,
+    PinnedHostMemoryResource,
+    PoolMemoryResource,
+    PrefetchResourceAdaptor,
+    SamHeadroomMemoryResource,
     StatisticsResourceAdaptor,
+    SystemMemoryResource,
+    ThreadSafeResourceAdaptor,
+    TrackingResourceAdaptor,
     UpstreamResourceAdaptor,
     available_device_memory,
     get_current_device_resource,
@@ -20,7 +36,7 @@ from nbrmm._nbrmm import (
     set_per_device_resource,
 )
 from nbrmm.logger import disable_logging, enable_logging, get_log_filenames
-
+from nbrmm.mr import experimental
 
 
 @_contextlib.contextmanager
@@ -57,15 +73,32 @@ def get_current_device_resource_type():
 
 
 __all__ = [
+    "AlignedResourceAdaptor",
+    "ArenaMemoryResource",
+    "BinningMemoryResource",
     "CallbackMemoryResource",
+    "CudaAsyncMemoryResource",
+    "CudaAsyncViewMemoryResource",
     "CudaMemoryResource",
     "DeviceMemoryResource",
+    "FailureCallbackResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "LimitingResourceAdaptor",
     "LoggingResourceAdaptor",
+    "ManagedMemoryResource",
+    "PinnedHostMemoryResource",
+    "PoolMemoryResource",
+    "PrefetchResourceAdaptor",
+    "SamHeadroomMemoryResource",
     "StatisticsResourceAdaptor",
+    "SystemMemoryResource",
+    "ThreadSafeResourceAdaptor",
+    "TrackingResourceAdaptor",
     "UpstreamResourceAdaptor",
     "available_device_memory",
     "disable_logging",
     "enable_logging",
+    "experimental",
     "get_current_device_resource",
     "get_current_device_resource_type",
     "get_log_filenames",
