@@ -34,4 +34,5 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_device_buffer(m);
   nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
+  nbrmm::bind_logger(m);
 }

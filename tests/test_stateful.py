@@ -40,7 +40,11 @@ class BufferMachine(RuleBasedStateMachine):
     def cpp_sets_current(self):
         if self.owner != "cpp":
             cpp_ext.set_current_owned(ON_GPU)
-            self.cpp_base = cpp_ext.owned_counts()[0] - self._cpp_bytes()
+            # A new C++ adaptor: buffers from the previous one keep it (and free into it).
+            self.live = {
+                k: (b, e, "cpp-old" if o == "cpp" else o) for k, (b, e, o) in self.live.items()
+            }
+            self.cpp_base = cpp_ext.owned_counts()[0]
         self.owner = "cpp"
 
     # -- buffers ----------------------------------------------------------------------

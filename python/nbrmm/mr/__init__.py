@@ -35,6 +35,7 @@ from nbrmm._nbrmm import (
     set_current_device_resource,
     set_per_device_resource,
 )
+from nbrmm.logger import disable_logging, enable_logging, get_log_filenames
 from nbrmm.mr import experimental
 
 
@@ -95,9 +96,12 @@ __all__ = [
     "TrackingResourceAdaptor",
     "UpstreamResourceAdaptor",
     "available_device_memory",
+    "disable_logging",
+    "enable_logging",
     "experimental",
     "get_current_device_resource",
     "get_current_device_resource_type",
+    "get_log_filenames",
     "get_per_device_resource",
     "is_initialized",
     "reset_per_device_resource",
