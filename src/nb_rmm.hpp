@@ -104,6 +104,7 @@ struct DeviceMemoryResource {
   device_resource res;          ///< the owning librmm resource (empty only after GC clear)
   int device{-1};               ///< CUDA device active when the resource was created
   bool host_accessible{false};  ///< memory can be read by the host
+  bool from_cpp{false};         ///< a wrapper of a resource that C++ created (wrap_resource)
   nb::object upstream;          ///< the Python upstream (adaptors), kept alive
   nb::object keep;              ///< further Python objects the resource needs alive
   /// nbrmm Buffers that reference this object and hold a C++ copy of its Python callables
@@ -208,7 +209,7 @@ using wrapper_fn = nb::object (*)(device_resource const& res, int device);
 void register_wrapper(wrapper_fn fn);
 
 /// Creates an instance of the bound class `T` (a DeviceMemoryResource subclass) that
-/// holds `res`; `upstream` is the Python upstream for adaptors.
+/// wraps `res`, a resource C++ created; `upstream` is the Python upstream for adaptors.
 template <class T>
 nb::object make_resource_object(device_resource res,
                                 int device,
@@ -219,6 +220,7 @@ nb::object make_resource_object(device_resource res,
   value.res             = std::move(res);
   value.device          = device;
   value.host_accessible = host_accessible;
+  value.from_cpp        = true;
   value.upstream        = std::move(upstream);
   return nb::cast(std::move(value), nb::rv_policy::move);
 }

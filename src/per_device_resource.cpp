@@ -73,7 +73,9 @@ void set_resource(int device, nb::handle mr)
                            " and cannot serve device " + std::to_string(device))
                             .c_str());
   }
-  replace_entry(device, device_resource{python_owned_resource{r.get(), mr}});
+  // A wrapper of a resource that C++ created goes back exactly as C++ made it (so C++ can
+  // still resource_cast it); any other resource carries its Python object.
+  replace_entry(device, r.from_cpp ? r.get() : device_resource{python_owned_resource{r.get(), mr}});
 }
 
 /// Removes every Python object from librmm's map (at interpreter exit): entries set from

@@ -173,3 +173,15 @@ def test_cpp_owned_gpu_pool_serves_python():
     assert cpp_buf.mr == nbrmm.mr.get_current_device_resource()
     del buf, cpp_buf
     assert cpp_ext.owned_counts()[0] == 0
+
+
+def test_restoring_a_cpp_resource_gives_cpp_its_own_object_back():
+    cpp_ext.set_current_owned(False)
+    wrapper = nbrmm.mr.get_current_device_resource()
+    nbrmm.mr.set_current_device_resource(HostHeap().resource())
+    assert not cpp_ext.current_is_owned()
+    nbrmm.mr.set_current_device_resource(wrapper)  # e.g. leaving a `with` block
+    assert cpp_ext.current_is_owned()  # C++ sees its own adaptor type again
+    with nbrmm.mr.using_device_resource(HostHeap().resource()):
+        assert not cpp_ext.current_is_owned()
+    assert cpp_ext.current_is_owned()

@@ -295,7 +295,9 @@ def test_logging_wraps_a_resource_that_cpp_set(tmp_path):
     assert cpp_ext.owned_counts() == (4096, 1, 1)  # ... and C++'s own adaptor below it
     del buf
     nbrmm.disable_logging()
-    assert nbrmm.mr.get_current_device_resource() is wrapped
+    # C++'s own adaptor is back in the map exactly as C++ made it.
+    assert cpp_ext.current_is_owned()
+    assert nbrmm.mr.get_current_device_resource() == wrapped
     cpp_ext.allocate_from_current(1)  # C++'s adaptor serves again, unlogged
     assert cpp_ext.owned_counts() == (0, 0, 2)
     events = read_log(expected_path(tmp_path, "cpp.csv"))
