@@ -13,4 +13,5 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_callback_memory_resource(m);
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
+  nbrmm::bind_testing(m);  // nbrmm._nbrmm._testing
 }

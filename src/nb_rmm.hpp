@@ -247,5 +247,6 @@ void bind_cuda_memory_resource(nb::module_& m);
 void bind_callback_memory_resource(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
+void bind_testing(nb::module_& m);
 
 }  // namespace nbrmm
