@@ -24,16 +24,37 @@ struct Buffer {
   nb::object mr;                          ///< the resource object that frees the memory
   nb::object stream;                      ///< the stream the buffer is ordered on
   int device{-1};                         ///< the device the memory lives on
+  DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when counted as a holder of its callables
 
   Buffer() = default;
-  Buffer(Buffer&&) noexcept = default;
-  Buffer& operator=(Buffer&&) noexcept = default;
+  Buffer(Buffer&& o) noexcept
+    : buf{std::move(o.buf)},
+      mr{std::move(o.mr)},
+      stream{std::move(o.stream)},
+      device{o.device},
+      counted_in{std::exchange(o.counted_in, nullptr)}
+  {
+    o.buf.reset();
+  }
+  Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
 
   rmm::device_buffer& get()
   {
     if (!buf.has_value()) { throw nb::value_error("the buffer is closed"); }
     return *buf;
+  }
+
+  /// Records this buffer as a holder of `mr`'s Python callables when its C++ resource
+  /// copy shares them (see DeviceMemoryResource::buffer_holders).
+  void count_holder() noexcept
+  {
+    auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
+    auto const* state = python_state(r->res);
+    if (state != nullptr && python_state(buf->memory_resource()) == state) {
+      ++r->buffer_holders.n;
+      counted_in = r;
+    }
   }
 
   /// Frees the memory (ordered on the buffer's stream) without holding the GIL.
@@ -45,6 +66,10 @@ struct Buffer {
       buf.reset();
     } else {
       buf.reset();
+    }
+    if (counted_in != nullptr) {
+      --counted_in->buffer_holders.n;
+      counted_in = nullptr;
     }
   }
 };
@@ -170,6 +195,7 @@ nb::object make_buffer(nb::handle cls, rmm::device_buffer&& b, nb::object mr, nb
   self->buf.emplace(std::move(b));
   self->mr     = std::move(mr);
   self->stream = std::move(stream);
+  self->count_holder();
   nb::inst_mark_ready(obj);
   return obj;
 }
@@ -327,12 +353,26 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
   if (status != cudaSuccess) { cuda_fail(status, "cudaStreamWaitEvent"); }
 }
 
-/// DLPack device type of the buffer's memory: CUDA, or CUDA host (pinned/managed).
+/// DLPack device of the buffer's memory, asked of the driver: CUDA, CUDA host (pinned) or
+/// CUDA managed. Without a driver the resource's host accessibility decides.
 std::pair<int, int> dlpack_device(Buffer& self)
 {
-  self.get();
-  auto const* r = nb::inst_ptr<DeviceMemoryResource>(self.mr);
+  auto& b          = self.get();
   int const device = self.device < 0 ? 0 : self.device;
+  if (b.data() != nullptr) {
+    cudaPointerAttributes attrs{};
+    if (cudaPointerGetAttributes(&attrs, b.data()) == cudaSuccess) {
+      switch (attrs.type) {
+        case cudaMemoryTypeHost: return {static_cast<int>(nb::device::cuda_host::value), 0};
+        case cudaMemoryTypeManaged:
+          return {static_cast<int>(nb::device::cuda_managed::value), device};
+        default: break;
+      }
+    } else {
+      cudaGetLastError();
+    }
+  }
+  auto const* r = nb::inst_ptr<DeviceMemoryResource>(self.mr);
   if (r->host_accessible) { return {static_cast<int>(nb::device::cuda_managed::value), device}; }
   return {static_cast<int>(nb::device::cuda::value), device};
 }
@@ -359,6 +399,23 @@ int buffer_traverse(PyObject* self, visitproc visit, void* arg)
   return 0;
 }
 
+/// Run by the garbage collector before it clears any object of a cycle: frees the memory
+/// while the resource (and any Python callables behind it) is still intact.
+void buffer_finalize(PyObject* self)
+{
+  if (nb::inst_ready(self)) { nb::inst_ptr<Buffer>(self)->release(); }
+}
+
+int buffer_clear(PyObject* self)
+{
+  if (!nb::inst_ready(self)) { return 0; }
+  Buffer* b = nb::inst_ptr<Buffer>(self);
+  b->release();
+  b->mr.reset();
+  b->stream.reset();
+  return 0;
+}
+
 int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 {
   Buffer* b = nb::inst_ptr<Buffer>(self);
@@ -376,6 +433,8 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 }
 
 PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
+                              {Py_tp_finalize, reinterpret_cast<void*>(buffer_finalize)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
                               {0, nullptr}};
 
@@ -421,6 +480,7 @@ asynchronous (synchronize the stream before reading the destination).)doc");
          }
          self->mr     = std::move(mr_obj);
          self->stream = std::move(s_obj);
+         self->count_holder();
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
        nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
@@ -575,6 +635,28 @@ The destination.)doc")
              std::to_string(self.buf->size()) + " ptr=" + ptr + ">";
     });
 
+  cls.def_static(
+    "_from_capsule",
+    [](nb::capsule capsule) {
+      auto* owned =
+        static_cast<rmm::device_buffer*>(PyCapsule_GetPointer(capsule.ptr(), NBRMM_BUFFER_CAPSULE));
+      if (owned == nullptr) { throw nb::python_error(); }
+      if (PyCapsule_GetContext(capsule.ptr()) != nullptr) {
+        throw nb::value_error("this rmm::device_buffer was already handed to Python");
+      }
+      // The buffer owns its resource; its `mr` is the Python object for that resource.
+      int const device = current_device();
+      nb::object mr =
+        wrap_resource(device_resource{owned->memory_resource()}, device);
+      nb::object stream = stream_for_handle(owned->stream().get());
+      nb::object out = make_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
+                                   std::move(*owned), std::move(mr), std::move(stream));
+      PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
+      return out;
+    },
+    nb::arg("capsule"),
+    "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
+
   nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
                                    nb::is_weak_referenceable(), R"doc(
 rmm-compatible device buffer: ``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM,
@@ -606,6 +688,7 @@ mr : DeviceMemoryResource, optional
         }
         self->mr     = std::move(mr_obj);
         self->stream = std::move(s_obj);
+        self->count_holder();
         if (ptr != 0) { copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n, s); }
       },
       nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,

@@ -68,6 +68,25 @@ void python_resource::deallocate_sync(void* ptr, std::size_t bytes, std::size_t 
   deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
 }
 
+python_resource::state const* python_state(device_resource const& res) noexcept
+{
+  if (!res.has_value()) { return nullptr; }
+  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) { return py->state_ptr(); }
+  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
+    return python_state(owned->inner());
+  }
+  return nullptr;
+}
+
+python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept
+{
+  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) { return py->state_ptr(); }
+  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
+    return python_state(owned->inner());
+  }
+  return nullptr;
+}
+
 // ------------------------------------------------------------------------------------
 // Arguments
 // ------------------------------------------------------------------------------------
@@ -224,12 +243,15 @@ nb::object wrap_resource(device_resource const& res, int device)
 
 namespace {
 
-/// The Python callables that only this object owns (no C++ copy shares them).
+/// The Python callables that only this object owns: every C++ copy of them is either this
+/// object's own or held by an nbrmm Buffer that references this object (the buffers'
+/// finalizers free their memory and drop their copies before any cycle is cleared).
 python_resource const* exclusive_python_resource(DeviceMemoryResource& r)
 {
   if (!r.res.has_value()) { return nullptr; }
   auto const* py = cuda::mr::resource_cast<python_resource>(&r.res);
-  return (py != nullptr && py->use_count() == 1) ? py : nullptr;
+  if (py == nullptr) { return nullptr; }
+  return py->use_count() == 1 + r.buffer_holders.n.load() ? py : nullptr;
 }
 
 int resource_traverse(PyObject* self, visitproc visit, void* arg)
@@ -406,6 +428,24 @@ alignment : int, optional
       },
       nb::is_operator(), "Whether both objects use the same underlying resource.")
     .def("__hash__", &resource_identity)
+    .def(
+      "__nbrmm_resource__",
+      [](nb::handle self) {
+        auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+        // The copy carries this object, so a buffer that C++ allocates from it and hands
+        // back to Python reports this very object as its `mr`.
+        PyObject* cap = resource_capsule(device_resource{python_owned_resource{r.get(), self}});
+        if (cap == nullptr) { throw nb::python_error(); }
+        return nb::steal(cap);
+      },
+      R"doc(An owning C++ copy of the resource, for C++ extensions (capsule protocol).
+
+Returns
+-------
+PyCapsule
+    Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
+    ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
+    ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.)doc")
     .def("__repr__", [](nb::handle self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       return "<" + std::string{nb::type_name(self.type()).c_str()} +

@@ -11,6 +11,25 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_memory_resource(m);  // base classes before every resource
   nbrmm::bind_cuda_memory_resource(m);
   nbrmm::bind_callback_memory_resource(m);
+  nbrmm::bind_managed_memory_resource(m);
+  nbrmm::bind_system_memory_resource(m);
+  nbrmm::bind_sam_headroom_memory_resource(m);
+  nbrmm::bind_pinned_host_memory_resource(m);
+  nbrmm::bind_cuda_async_memory_resource(m);
+  nbrmm::bind_cuda_async_view_memory_resource(m);
+  nbrmm::bind_cuda_async_managed_memory_resource(m);
+  nbrmm::bind_pool_memory_resource(m);
+  nbrmm::bind_arena_memory_resource(m);
+  nbrmm::bind_fixed_size_memory_resource(m);
+  nbrmm::bind_binning_memory_resource(m);
+  nbrmm::bind_limiting_resource_adaptor(m);
+  nbrmm::bind_logging_resource_adaptor(m);
+  nbrmm::bind_statistics_resource_adaptor(m);
+  nbrmm::bind_tracking_resource_adaptor(m);
+  nbrmm::bind_failure_callback_resource_adaptor(m);
+  nbrmm::bind_prefetch_resource_adaptor(m);
+  nbrmm::bind_aligned_resource_adaptor(m);
+  nbrmm::bind_thread_safe_resource_adaptor(m);
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
   nbrmm::bind_testing(m);  // nbrmm._nbrmm._testing

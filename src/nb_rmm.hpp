@@ -12,7 +12,10 @@
 
 #include "pch.hpp"
 
+#include <nbrmm/nbrmm.hpp>  // the public C++ API (capsule protocol)
+
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,8 +24,6 @@ namespace nb = nanobind;
 
 namespace nbrmm {
 
-/// The owning, type-erased resource handle that librmm 26.10 uses everywhere.
-using device_resource = cuda::mr::any_resource<cuda::mr::device_accessible>;
 
 /// librmm's default allocation alignment (CUDA's 256 bytes).
 inline constexpr std::size_t default_alignment = rmm::CUDA_ALLOCATION_ALIGNMENT;
@@ -86,6 +87,18 @@ nb::handle default_stream();
 // Resources
 // ------------------------------------------------------------------------------------
 
+/// A counter whose owner can be moved (a move copies the value).
+struct holder_count {
+  std::atomic<long> n{0};
+  holder_count() = default;
+  holder_count(holder_count&& o) noexcept : n{o.n.load()} {}
+  holder_count& operator=(holder_count&& o) noexcept
+  {
+    n = o.n.load();
+    return *this;
+  }
+};
+
 /// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
 struct DeviceMemoryResource {
   device_resource res;          ///< the owning librmm resource (empty only after GC clear)
@@ -93,6 +106,9 @@ struct DeviceMemoryResource {
   bool host_accessible{false};  ///< memory can be read by the host
   nb::object upstream;          ///< the Python upstream (adaptors), kept alive
   nb::object keep;              ///< further Python objects the resource needs alive
+  /// nbrmm Buffers that reference this object and hold a C++ copy of its Python callables
+  /// (see python_state): the garbage collector may treat such copies as owned by it.
+  holder_count buffer_holders;
 
   /// The resource, or a ValueError when it was cleared.
   device_resource& get();
@@ -124,6 +140,7 @@ class python_resource {
   friend void get_property(python_resource const&, cuda::mr::device_accessible) noexcept {}
 
   [[nodiscard]] state const& callbacks() const noexcept { return *state_; }
+  [[nodiscard]] state const* state_ptr() const noexcept { return state_.get(); }
   [[nodiscard]] long use_count() const noexcept { return state_.use_count(); }
 
  private:
@@ -166,6 +183,11 @@ class python_owned_resource {
   device_resource inner_;
   std::shared_ptr<py_owned> owner_;
 };
+
+/// The shared callables of a Python-implemented resource (also inside a
+/// python_owned_resource), or nullptr for any other resource.
+python_resource::state const* python_state(device_resource const& res) noexcept;
+python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept;
 
 /// Returns the nbrmm resource behind a Python object, or raises TypeError naming `param`.
 DeviceMemoryResource& resource_arg(nb::handle obj, char const* param);
@@ -245,6 +267,25 @@ void bind_cuda_stream_pool(nb::module_& m);
 void bind_memory_resource(nb::module_& m);
 void bind_cuda_memory_resource(nb::module_& m);
 void bind_callback_memory_resource(nb::module_& m);
+void bind_managed_memory_resource(nb::module_& m);
+void bind_system_memory_resource(nb::module_& m);
+void bind_sam_headroom_memory_resource(nb::module_& m);
+void bind_pinned_host_memory_resource(nb::module_& m);
+void bind_cuda_async_memory_resource(nb::module_& m);
+void bind_cuda_async_view_memory_resource(nb::module_& m);
+void bind_cuda_async_managed_memory_resource(nb::module_& m);
+void bind_pool_memory_resource(nb::module_& m);
+void bind_arena_memory_resource(nb::module_& m);
+void bind_fixed_size_memory_resource(nb::module_& m);
+void bind_binning_memory_resource(nb::module_& m);
+void bind_limiting_resource_adaptor(nb::module_& m);
+void bind_logging_resource_adaptor(nb::module_& m);
+void bind_statistics_resource_adaptor(nb::module_& m);
+void bind_tracking_resource_adaptor(nb::module_& m);
+void bind_failure_callback_resource_adaptor(nb::module_& m);
+void bind_prefetch_resource_adaptor(nb::module_& m);
+void bind_aligned_resource_adaptor(nb::module_& m);
+void bind_thread_safe_resource_adaptor(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
 void bind_testing(nb::module_& m);

@@ -136,3 +136,40 @@ def test_gpu_round_trip_and_growth():
     other = nbrmm.Buffer(10)
     other.copy_from_device(buf)
     assert other.tobytes() == payload[:10]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle_round_trip(protocol):
+    import pickle
+
+    payload = bytes(range(200))
+    buf = nbrmm.DeviceBuffer.to_device(payload)
+    data = pickle.dumps(buf, protocol=protocol)
+    back = pickle.loads(data)
+    assert type(back) is nbrmm.DeviceBuffer
+    assert back.tobytes() == payload
+    assert back.mr is nbrmm.mr.get_current_device_resource()
+
+
+@pytest.mark.gpu
+def test_pickle5_out_of_band_and_mr_at_load_time():
+    import pickle
+
+    payload = b"out-of-band" * 10
+    buf = nbrmm.Buffer.to_device(payload)
+    frames = []
+    data = pickle.dumps(buf, protocol=5, buffer_callback=frames.append)
+    assert len(frames) == 1 and frames[0].raw().nbytes == len(payload)
+    chosen = nbrmm.mr.CudaMemoryResource()
+    back = nbrmm.loads(data, mr=chosen, buffers=frames)
+    assert back.mr is chosen and back.tobytes() == payload
+    with nbrmm.unpickling_resource(chosen):
+        again = pickle.loads(data, buffers=frames)
+    assert again.mr is chosen
+
+
+def test_unpickling_resource_checks_its_argument():
+    with pytest.raises(TypeError, match="mr"):
+        with nbrmm.unpickling_resource("pool"):
+            pass

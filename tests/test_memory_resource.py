@@ -231,3 +231,44 @@ def test_cuda_memory_resource_on_gpu():
     assert ptr != 0 and ptr % 256 == 0
     mr.deallocate(ptr, 1 << 20)
     assert mr.device == nbrmm.get_current_device() >= 0
+
+
+def test_cycle_through_live_buffers_is_collected():
+    """resource -> callables -> (closure) -> buffers -> C++ copies of the resource."""
+    heap = HostHeap()
+
+    class Box:
+        pass
+
+    box = Box()
+
+    def alloc(n, s, box=box):
+        return heap.allocate(n, s)
+
+    box.mr = nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate)
+    box.bufs = [nbrmm.Buffer(n, mr=box.mr) for n in (8, 16, 32)]
+    refs = [weakref.ref(box.mr)] + [weakref.ref(b) for b in box.bufs]
+    del box, alloc
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert heap.bytes_in_use == 0  # finalizers freed the memory through the callables
+
+
+def test_resource_shared_with_cpp_is_not_collected_with_its_cycle():
+    heap = HostHeap()
+
+    class Box:
+        pass
+
+    box = Box()
+    box.mr = nbrmm.mr.CallbackMemoryResource(
+        lambda n, s, box=box: heap.allocate(n, s), heap.deallocate
+    )
+    nbrmm.mr.set_current_device_resource(box.mr)  # the per-device map holds a copy
+    ref = weakref.ref(box)
+    del box
+    gc.collect()
+    assert ref() is not None
+    buf = nbrmm.Buffer(4)  # the callables still work
+    assert heap.bytes_in_use == 4
+    del buf

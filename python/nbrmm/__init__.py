@@ -33,7 +33,30 @@ from nbrmm._nbrmm import (  # noqa: E402
     to_device,
 )
 from nbrmm import mr  # noqa: E402
+from nbrmm._pickle import loads, unpickling_resource  # noqa: E402
+from nbrmm._reinitialize import (  # noqa: E402
+    is_initialized,
+    register_reinitialize_hook,
+    reinitialize,
+    unregister_reinitialize_hook,
+)
 from nbrmm._version import __version__  # noqa: E402
+
+
+
+def get_include():
+    """The folder holding ``nbrmm/nbrmm.hpp``, nbrmm's C++ API for extensions.
+
+    Returns
+    -------
+    str
+        Add it to the include path of a C++ extension (together with librmm's headers).
+    """
+    import os
+
+    # Installed next to the extension (also in editable installs).
+    return os.path.join(os.path.dirname(_nbrmm.__file__), "include")
+
 
 # Python objects held in librmm's per-device map are released before the interpreter
 # shuts down; C++ keeps using the resources themselves.
@@ -57,7 +80,14 @@ __all__ = [
     "get_current_device",
     "get_device_count",
     "get_device_info",
+    "get_include",
+    "is_initialized",
+    "loads",
     "mr",
+    "register_reinitialize_hook",
+    "reinitialize",
     "set_current_device",
     "to_device",
+    "unpickling_resource",
+    "unregister_reinitialize_hook",
 ]

@@ -1,6 +1,9 @@
 """nanobind bindings for librmm (RAPIDS Memory Manager)"""
 
 import enum
+from typing import Any
+
+from nbrmm._pickle import _reduce_ex as __reduce_ex__
 
 
 class CudaError(RuntimeError):
@@ -258,6 +261,18 @@ class DeviceMemoryResource:
 
     def __hash__(self) -> int: ...
 
+    def __nbrmm_resource__(self) -> object:
+        """
+        An owning C++ copy of the resource, for C++ extensions (capsule protocol).
+
+        Returns
+        -------
+        PyCapsule
+            Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
+            ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
+            ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.
+        """
+
     def __repr__(self) -> str: ...
 
 class UpstreamResourceAdaptor(DeviceMemoryResource):
@@ -405,6 +420,8 @@ class Buffer:
     """
 
     def __init__(self, nbytes: object = 0, *, mr: object | None = None, stream: object = ..., alignment: int = 256) -> None: ...
+
+    def __del__(*args, **kwargs) -> Any: ...
 
     @property
     def ptr(self) -> int:
@@ -557,6 +574,8 @@ class DeviceBuffer(Buffer):
     """
 
     def __init__(self, *, ptr: int = 0, size: object = 0, stream: object = ..., mr: object | None = None) -> None: ...
+
+    def __del__(*args, **kwargs) -> Any: ...
 
     @staticmethod
     def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:

@@ -5,9 +5,27 @@ import contextlib as _contextlib
 from nbrmm._nbrmm import get_current_device as _get_current_device
 
 from nbrmm._nbrmm import (
+    AlignedResourceAdaptor,
+    ArenaMemoryResource,
+    BinningMemoryResource,
     CallbackMemoryResource,
+    CudaAsyncMemoryResource,
+    CudaAsyncViewMemoryResource,
     CudaMemoryResource,
     DeviceMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
+    LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
+    ManagedMemoryResource,
+    PinnedHostMemoryResource,
+    PoolMemoryResource,
+    PrefetchResourceAdaptor,
+    SamHeadroomMemoryResource,
+    StatisticsResourceAdaptor,
+    SystemMemoryResource,
+    ThreadSafeResourceAdaptor,
+    TrackingResourceAdaptor,
     UpstreamResourceAdaptor,
     available_device_memory,
     get_current_device_resource,
@@ -17,7 +35,7 @@ from nbrmm._nbrmm import (
     set_current_device_resource,
     set_per_device_resource,
 )
-
+from nbrmm.mr import experimental
 
 
 @_contextlib.contextmanager
@@ -48,13 +66,38 @@ def using_device_resource(mr, device=None):
         set_per_device_resource(dev, previous)
 
 
+def get_current_device_resource_type():
+    """The class of the current device resource (read from librmm's per-device map)."""
+    return type(get_current_device_resource())
+
+
 __all__ = [
+    "AlignedResourceAdaptor",
+    "ArenaMemoryResource",
+    "BinningMemoryResource",
     "CallbackMemoryResource",
+    "CudaAsyncMemoryResource",
+    "CudaAsyncViewMemoryResource",
     "CudaMemoryResource",
     "DeviceMemoryResource",
+    "FailureCallbackResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "LimitingResourceAdaptor",
+    "LoggingResourceAdaptor",
+    "ManagedMemoryResource",
+    "PinnedHostMemoryResource",
+    "PoolMemoryResource",
+    "PrefetchResourceAdaptor",
+    "SamHeadroomMemoryResource",
+    "StatisticsResourceAdaptor",
+    "SystemMemoryResource",
+    "ThreadSafeResourceAdaptor",
+    "TrackingResourceAdaptor",
     "UpstreamResourceAdaptor",
     "available_device_memory",
+    "experimental",
     "get_current_device_resource",
+    "get_current_device_resource_type",
     "get_per_device_resource",
     "is_initialized",
     "reset_per_device_resource",

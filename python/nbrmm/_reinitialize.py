@@ -1,0 +1,126 @@
+"""rmm-compatible ``reinitialize`` and its hooks, over librmm's per-device map."""
+
+import threading
+
+from nbrmm import _nbrmm
+
+_lock = threading.Lock()
+_hooks = []  # (func, args, kwargs), called in reverse order of registration
+_initialized_devices = set()  # devices the last reinitialize() set up
+
+
+def register_reinitialize_hook(func, *args, **kwargs):
+    """Register ``func(*args, **kwargs)`` to run at the start of every :func:`reinitialize`.
+
+    Hooks run in reverse order of registration (the most recent first), before any
+    resource is replaced, e.g. to release memory allocated from the old resources.
+
+    Parameters
+    ----------
+    func : callable
+        The hook.
+    *args, **kwargs
+        Passed to ``func``.
+
+    Returns
+    -------
+    callable
+        ``func``, so this can be used as a decorator.
+    """
+    if not callable(func):
+        raise TypeError(f"func: expected a callable, got {type(func).__name__}")
+    with _lock:
+        _hooks.append((func, args, kwargs))
+    return func
+
+
+def unregister_reinitialize_hook(func):
+    """Remove every registration of ``func`` (no error when there is none)."""
+    with _lock:
+        _hooks[:] = [h for h in _hooks if h[0] is not func]
+
+
+def _make_resource(pool_allocator, managed_memory, initial_pool_size, maximum_pool_size,
+                   logging, log_file_name, device):
+    from nbrmm import mr
+
+    base = mr.ManagedMemoryResource() if managed_memory else mr.CudaMemoryResource()
+    if pool_allocator:
+        base = mr.PoolMemoryResource(
+            base, initial_pool_size=initial_pool_size, maximum_pool_size=maximum_pool_size
+        )
+    if logging:
+        base = mr.LoggingResourceAdaptor(base, log_file_name=log_file_name)
+    return base
+
+
+def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=None,
+                 maximum_pool_size=None, devices=0, logging=False, log_file_name=None):
+    """Replace the resource of one or more devices in librmm's per-device map.
+
+    Runs the registered hooks first, then builds for each device (with that device
+    current) a ``CudaMemoryResource`` or ``ManagedMemoryResource``, optionally wrapped in a
+    ``PoolMemoryResource`` and a ``LoggingResourceAdaptor``, and sets it as the device's
+    resource. Devices that the previous call set up and this one does not are reset to
+    librmm's initial resource. The previous current device is restored.
+
+    Parameters
+    ----------
+    pool_allocator : bool
+        Use a pool on top of the base resource.
+    managed_memory : bool
+        Use managed (unified) memory instead of ``cudaMalloc``.
+    initial_pool_size, maximum_pool_size : int or str, optional
+        Pool sizes (``pool_allocator=True`` only).
+    devices : int or list of int
+        The devices to set up.
+    logging : bool
+        Log every allocation and free to a CSV file per device.
+    log_file_name : str, optional
+        The log file (``.dev<N>`` is inserted per device); ``$RMM_LOG_FILE`` by default.
+
+    Raises
+    ------
+    ValueError
+        If a device does not exist or the sizes are invalid; nothing is changed then.
+    """
+    if isinstance(devices, int):
+        devices = [devices]
+    devices = list(devices)
+    if any(not isinstance(d, int) for d in devices):
+        raise TypeError("devices: expected an int or a list of ints")
+    count = _nbrmm.get_device_count()
+    for d in devices:
+        if not 0 <= d < count:
+            raise ValueError(f"devices: device {d} does not exist "
+                             f"(this machine has {count} CUDA devices)")
+    if not pool_allocator and (initial_pool_size is not None or maximum_pool_size is not None):
+        raise ValueError("initial_pool_size/maximum_pool_size need pool_allocator=True")
+    with _lock:
+        hooks = list(reversed(_hooks))
+    for func, args, kwargs in hooks:
+        func(*args, **kwargs)
+
+    previous = _nbrmm.get_current_device()
+    built = {}
+    try:
+        for d in devices:  # build everything first: a failure changes nothing
+            _nbrmm.set_current_device(d)
+            built[d] = _make_resource(pool_allocator, managed_memory, initial_pool_size,
+                                      maximum_pool_size, logging, log_file_name, d)
+        for d, res in built.items():
+            _nbrmm.set_per_device_resource(d, res)
+    finally:
+        if previous >= 0:
+            _nbrmm.set_current_device(previous)
+    with _lock:
+        for d in _initialized_devices - set(devices):
+            if d < count:
+                _nbrmm.reset_per_device_resource(d)
+        _initialized_devices.clear()
+        _initialized_devices.update(devices)
+
+
+def is_initialized():
+    """Whether librmm's per-device map has an entry for the current device."""
+    return _nbrmm.is_initialized()

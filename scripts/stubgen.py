@@ -1,0 +1,62 @@
+"""Generates python/nbrmm/_nbrmm.pyi with nanobind's stubgen.
+
+The stub must not depend on the Python version that generates it: slots that only some
+versions expose as methods (``__buffer__``/``__release_buffer__``, Python >= 3.12) are
+left out.
+"""
+
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+VERSION_DEPENDENT = ("__buffer__", "__release_buffer__")
+
+
+def normalize(text: str) -> str:
+    """Drop the version-dependent methods (with their docstrings) from a stub."""
+    lines = text.splitlines(keepends=True)
+    out, skip_indent = [], None
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if skip_indent is not None:
+            if line.strip() and indent <= skip_indent:
+                skip_indent = None
+            else:
+                continue
+        m = re.match(r"\s*def (\w+)\(", line)
+        if m and m.group(1) in VERSION_DEPENDENT:
+            skip_indent = indent
+            while out and out[-1].strip() == "":
+                out.pop()
+            out.append("\n")
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def generate(output: pathlib.Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = pathlib.Path(tmp) / "_nbrmm.pyi"
+        subprocess.run(
+            [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "nbrmm._nbrmm", "-o", str(raw)],
+            check=True,
+        )
+        output.write_text(normalize(raw.read_text()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "-o", "--output", type=pathlib.Path,
+        default=pathlib.Path(__file__).resolve().parent.parent / "python/nbrmm/_nbrmm.pyi",
+    )
+    args = parser.parse_args()
+    generate(args.output)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

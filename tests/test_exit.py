@@ -1,0 +1,85 @@
+"""Interpreter exit with live buffers and resources: exit code 0, no crash, no hang,
+and nanobind reports no leaked instances."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = textwrap.dedent(
+    """
+    import ctypes, gc, sys, threading
+    import nbrmm, nbrmm.mr
+    from nbrmm._testing import cpp_ext
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    def host_resource():
+        return nbrmm.mr.CallbackMemoryResource(
+            lambda n, s: libc.malloc(max(n, 1)), lambda p, n, s: libc.free(p))
+    ON_GPU = nbrmm.get_device_count() > 0
+    """
+)
+
+SCENARIOS = {
+    "live_buffers": """
+        mr = host_resource()
+        keep = [nbrmm.Buffer(n, mr=mr) for n in range(0, 4096, 256)]
+    """,
+    "python_resource_is_current": """
+        nbrmm.mr.set_current_device_resource(host_resource())
+        keep = nbrmm.Buffer(100)
+    """,
+    "python_subclass_is_current": """
+        class R(nbrmm.mr.DeviceMemoryResource):
+            def allocate(self, n, stream=None):
+                return libc.malloc(max(n, 1))
+            def deallocate(self, p, n, stream=None):
+                libc.free(p)
+        nbrmm.mr.set_current_device_resource(R())
+        keep = nbrmm.Buffer(10)
+    """,
+    "cpp_owned_current": """
+        cpp_ext.set_current_owned(ON_GPU)
+        keep = nbrmm.Buffer(64)
+        held = cpp_ext.allocate_from_current(32)
+    """,
+    "cpp_holds_python_resource": """
+        cpp_ext.hold_resource(host_resource())
+        cpp_ext.allocate_held(8)
+    """,
+    "cycle_through_callbacks": """
+        class Holder: pass
+        h = Holder()
+        h.mr = nbrmm.mr.CallbackMemoryResource(
+            lambda n, s, h=h: libc.malloc(max(n, 1)), lambda p, n, s: libc.free(p))
+        h.buf = nbrmm.Buffer(5, mr=h.mr)
+    """,
+    "buffer_freed_from_another_thread": """
+        mr = host_resource()
+        bufs = [nbrmm.Buffer(16, mr=mr) for _ in range(100)]
+        t = threading.Thread(target=bufs.clear)
+        t.start(); t.join()
+        keep = nbrmm.Buffer(16, mr=mr)
+    """,
+    "gpu_buffers_and_streams": """
+        if ON_GPU:
+            s = nbrmm.Stream()
+            keep = [nbrmm.Buffer(1 << 20, stream=s) for _ in range(4)]
+            pool = nbrmm.CudaStreamPool(2)
+            keep2 = nbrmm.Buffer(8, stream=pool.get_stream())
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_exit_is_clean(name):
+    code = PRELUDE + textwrap.dedent(SCENARIOS[name]) + "\nprint('reached the end')\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "reached the end" in out.stdout
+    assert "leaked" not in out.stderr, out.stderr
