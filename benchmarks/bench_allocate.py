@@ -2,7 +2,7 @@
 kind, and beside PyTorch's raw caching-allocator calls."""
 
 import pytest
-from support import MiB, over_impls, record, resource_params, size_id
+from support import MiB, import_library, over_impls, record, resource_params, size_id
 
 SIZES = (256, MiB)
 
@@ -28,7 +28,7 @@ def bench_allocate(benchmark, kind, size, impl, resources, floor):
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", SIZES, ids=size_id)
 def bench_allocate_torch(benchmark, size, floor):
-    torch = pytest.importorskip("torch")
+    torch = import_library("torch")
     alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
     info = {"floor_ns": floor.allocate_ns("pool", size), "floor_kind": "allocate+deallocate"}
     record(benchmark, "allocate", "torch", resource="pool", size=size, **info)

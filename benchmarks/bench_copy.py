@@ -12,7 +12,16 @@ import importlib
 
 import numpy as np
 import pytest
-from support import KiB, MiB, cuda_core_device, median_s, over_impls, record, size_id
+from support import (
+    KiB,
+    MiB,
+    cuda_core_device,
+    import_library,
+    median_s,
+    over_impls,
+    record,
+    size_id,
+)
 
 SIZES = (KiB, MiB, 256 * MiB)
 DIRECTIONS = ("h2d", "d2h", "d2d")
@@ -108,7 +117,7 @@ def bench_copy(benchmark, direction, host, impl, resources, floor):
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def bench_copy_cupy(benchmark, direction, host, floor):
-    cupy = pytest.importorskip("cupy")
+    cupy = import_library("cupy")
     src_host, dst_host = host
     n = src_host.nbytes
     src = cupy.asarray(src_host)
@@ -141,7 +150,7 @@ def bench_copy_cupy(benchmark, direction, host, floor):
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def bench_copy_torch(benchmark, direction, host, floor):
-    torch = pytest.importorskip("torch")
+    torch = import_library("torch")
     src_host, dst_host = host
     n = src_host.nbytes
     src_host_t, dst_host_t = torch.from_numpy(src_host), torch.from_numpy(dst_host)

@@ -5,7 +5,7 @@ CuPy (``get_allocator`` / ``set_allocator``) and cuda.core (``Device.memory_reso
 import operator
 
 import pytest
-from support import HAVE_GPU, cuda_core_device, over_impls, record
+from support import HAVE_GPU, cuda_core_device, import_library, over_impls, record
 
 pytestmark = pytest.mark.benchmark(min_time=2e-5, max_time=0.1, min_rounds=10, disable_gc=True)
 
@@ -40,7 +40,7 @@ def bench_set_current_device_resource(benchmark, impl, resources):
 
 @pytest.mark.gpu
 def bench_get_current_cupy(benchmark):
-    cupy = pytest.importorskip("cupy")
+    cupy = import_library("cupy")
     pool = cupy.cuda.MemoryPool()
     before = cupy.cuda.get_allocator()
     cupy.cuda.set_allocator(pool.malloc)
@@ -53,7 +53,7 @@ def bench_get_current_cupy(benchmark):
 
 @pytest.mark.gpu
 def bench_set_current_cupy(benchmark):
-    cupy = pytest.importorskip("cupy")
+    cupy = import_library("cupy")
     pool = cupy.cuda.MemoryPool()
     before = cupy.cuda.get_allocator()
     try:

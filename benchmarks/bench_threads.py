@@ -29,12 +29,12 @@ KINDS = [
 pytestmark = pytest.mark.benchmark(disable_gc=True)
 
 
-def run(benchmark, make, threads):
+def run(benchmark, make, threads, setup=None):
     def work():
         for _ in range(OPS_PER_THREAD):
             make()
 
-    with ThreadTeam(threads, work) as team:
+    with ThreadTeam(threads, work, setup) as team:
         benchmark.pedantic(team, rounds=10, warmup_rounds=1)
 
 
@@ -70,5 +70,7 @@ def bench_threads_other_library(benchmark, library, threads):
         threads=threads,
         ops=threads * OPS_PER_THREAD,
     )
-    run(benchmark, make, threads)
+    # cuda.core calls the driver directly: its context must be current in each thread.
+    setup = keep[0].set_current if library == "cuda.core" else None
+    run(benchmark, make, threads, setup)
     del keep

@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -133,12 +134,22 @@ def _host_deallocate(ptr, nbytes, stream):
 over_impls = pytest.mark.parametrize("impl", IMPLS, indirect=True)
 
 
+def import_library(name):
+    """Imports another library (skipping where it is not installed). Warnings that its
+    import raises are not nbrmm's: they are silenced, whatever the warning filters say."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip(name)
+
+
 def import_impl(name):
-    """The module of library ``name``; skips when it is not installed."""
+    """The module of library ``name`` (nbrmm, or rmm with its ``mr`` submodule)."""
     if name == "nbrmm":
         return nbrmm
-    mod = pytest.importorskip(name)
-    importlib.import_module(f"{name}.mr")
+    mod = import_library(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        importlib.import_module(f"{name}.mr")
     return mod
 
 
@@ -260,11 +271,13 @@ class Floor:
 
 class ThreadTeam:
     """``threads`` worker threads that each run ``work()`` once per call, started once
-    so that the timed calls include no thread start-up."""
+    so that the timed calls include no thread start-up. Each worker first calls
+    ``setup()`` when given (e.g. to make a CUDA context current in that thread)."""
 
-    def __init__(self, threads, work):
+    def __init__(self, threads, work, setup=None):
         self.threads = threads
         self._work = work
+        self._setup = setup
         self._start = threading.Barrier(threads + 1)
         self._done = threading.Barrier(threads + 1)
         self._stop = False
@@ -274,6 +287,11 @@ class ThreadTeam:
             w.start()
 
     def _run(self):
+        if self._setup is not None:
+            try:
+                self._setup()
+            except BaseException as e:  # reported by __call__
+                self._errors.append(e)
         while True:
             self._start.wait()
             if self._stop:
@@ -372,12 +390,9 @@ def cuda_core_device():
     """cuda.core's Device for the current device (made current), a stream of it and its
     memory resource; skips when cuda.core is not installed."""
     try:
-        from cuda.core import Device
-    except ImportError:
-        try:
-            from cuda.core.experimental import Device
-        except ImportError:
-            pytest.skip("cuda.core is not installed")
+        Device = import_library("cuda.core").Device
+    except AttributeError:  # releases before 1.0
+        Device = import_library("cuda.core.experimental").Device
     dev = Device()
     dev.set_current()
     return dev, dev.create_stream(), dev.memory_resource
@@ -387,12 +402,12 @@ def other_buffer_maker(name, size):
     """A callable that creates and destroys one buffer of ``size`` bytes with library
     ``name``'s own allocator, and the objects it needs kept alive."""
     if name == "cupy":
-        cupy = pytest.importorskip("cupy")
+        cupy = import_library("cupy")
         pool = cupy.cuda.MemoryPool()
         malloc = pool.malloc
         return (lambda: malloc(size)), pool
     if name == "torch":
-        torch = pytest.importorskip("torch")
+        torch = import_library("torch")
         empty, dtype, device = torch.empty, torch.uint8, torch.device("cuda")
         return (lambda: empty(size, dtype=dtype, device=device)), None
     if name == "cuda.core":

@@ -3,9 +3,13 @@
 import importlib.util
 import json
 import pathlib
+import platform
+import subprocess
 import sys
 
 import pytest
+
+import nbrmm
 
 REPORT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
 MiB = 1 << 20
@@ -232,3 +236,42 @@ def test_empty_run(run_report):
     md, _ = run_report({"benchmarks": []}, png=True)
     assert "# nbrmm benchmarks" in md
     assert row(md, "get_current_device_resource() ≤ 0.5× rmm's")[-1] == "not measured"
+
+
+def test_the_suite_json_feeds_the_report(report, tmp_path):
+    # The real pipeline on the CPU: a few timed cases of the suite, then the report.
+    root = REPORT.parents[1]
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(root / "benchmarks"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "nbrmm and (bench_buffer and host or bench_get_current_device_resource)"
+            " or bench_object",
+            f"--benchmark-json={out}",
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    doc = json.loads(out.read_text())
+    machine = doc["machine_info"]["nbrmm"]
+    assert machine["versions"]["nbrmm"] == nbrmm.__version__
+    assert machine["python"] == platform.python_version()
+    by_name = {b["name"]: b for b in doc["benchmarks"]}
+    info = by_name["bench_buffer[host-256B-nbrmm]"]["extra_info"]
+    assert info["case"] == "buffer" and info["impl"] == "nbrmm" and info["size"] == 256
+    assert info["floor_kind"] == "allocate+deallocate" and info["floor_ns"] > 0
+    assert by_name["bench_buffer[host-0B-nbrmm]"]["extra_info"]["floor_kind"] == "device_buffer"
+
+    assert report.main([str(out), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert row(md, "host, 256 B")[2].endswith(" ns")
+    assert row(md, "`get_current_device_resource()`")[1].endswith(" ns")
+    assert row(md, "`object()`")[1].endswith(" ns")
