@@ -260,9 +260,12 @@ def time_comparison(results, case, title, intro, keys, row_label, key_title):
     impls = impls_present(rows)
     others = [i for i in impls if i != "nbrmm"]
     has_floor = any(r.floor_ns is not None for by in rows.values() for r in by.values())
+    has_dbuf = any("device_buffer_ns" in r.info for by in rows.values() for r in by.values())
     header = [key_title]
     if has_floor:
         header += ["C++ floor"]
+    if has_dbuf:
+        header += ["C++ device_buffer"]
     header += ["nbrmm"]
     if has_floor:
         header += ["nbrmm − floor", "nbrmm ÷ floor"]
@@ -278,9 +281,14 @@ def time_comparison(results, case, title, intro, keys, row_label, key_title):
         floor = next((r.floor_ns for r in by.values() if r.floor_ns is not None), None)
         if nb is not None and nb.floor_ns is not None:
             floor = nb.floor_ns
+        dbuf = next(
+            (r.info["device_buffer_ns"] for r in by.values() if "device_buffer_ns" in r.info), None
+        )
         line = [row_label(key)]
         if has_floor:
             line += [fmt_time(floor)]
+        if has_dbuf:
+            line += [fmt_time(dbuf)]
         line += [fmt_time(nb.median_ns if nb else None)]
         if has_floor:
             over = nb.median_ns - floor if nb and floor is not None else None
@@ -444,8 +452,9 @@ def render_markdown(results, doc):
             "nbrmm `Buffer(size, mr=mr)`, rmm `DeviceBuffer(size=size, mr=mr)`; CuPy "
             "`MemoryPool.malloc`, PyTorch `torch.empty(..., device='cuda')` and cuda.core "
             "`DeviceMemoryResource.allocate(...).close()` sit in the row of the resource "
-            "they resemble (caching pool: *pool*; CUDA stream-ordered pool: *async*). For "
-            "0 bytes nothing is allocated and the floor is a C++ `rmm::device_buffer`.",
+            "they resemble (caching pool: *pool*; CUDA stream-ordered pool: *async*). "
+            "*C++ device_buffer* is an `rmm::device_buffer` created and destroyed in C++ (what "
+            "a Buffer holds); for 0 bytes nothing is allocated and it is the floor.",
             ("resource", "size"),
             resource_size_label,
             "resource, size",
@@ -551,14 +560,16 @@ def bars_by_resource(ax, results, case, size, title):
             if r is not None:
                 xs.append(i + (j - (len(impls) - 1) / 2) * width)
                 ys.append(r.median_ns)
-        ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
+        if xs:
+            ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
     fx, fy = [], []
     for i, kind in enumerate(kinds):
         nb = rows.get((kind, size), {}).get("nbrmm")
         if nb is not None and nb.floor_ns:
             fx.append(i)
             fy.append(nb.floor_ns)
-    ax.scatter(fx, fy, marker="_", s=900, color=colors["floor"], label="C++ floor", zorder=3)
+    if fx:
+        ax.scatter(fx, fy, marker="_", s=900, color=colors["floor"], label="C++ floor", zorder=3)
     ax.set_xticks(range(len(kinds)), kinds)
     ax.set_yscale("log")
     ax.set_ylabel("ns per round trip (log)")
@@ -577,7 +588,8 @@ def overhead_plot(ax, results):
             if r is not None and r.floor_ns is not None:
                 xs.append(i + (j - 0.5) * 0.4)
                 ys.append(r.median_ns - r.floor_ns)
-        ax.bar(xs, ys, 0.4, label=impl, color=colors[impl])
+        if xs:
+            ax.bar(xs, ys, 0.4, label=impl, color=colors[impl])
     ax.axhline(
         OVERHEAD_TARGET_NS,
         color="black",
@@ -609,6 +621,8 @@ def copy_plot(ax, results):
             if value:
                 xs.append(i + (j - (len(series) - 1) / 2) * width)
                 ys.append(value)
+        if not xs:
+            continue
         ax.bar(
             xs,
             ys,
@@ -661,7 +675,8 @@ def current_plot(ax, results):
             if r is not None:
                 xs.append(i + (j - (len(impls) - 1) / 2) * width)
                 ys.append(r.median_ns)
-        ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
+        if xs:
+            ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
     ax.set_xticks(range(len(cases)), [f"{label}_current_device_resource" for _, label in cases])
     ax.set_ylabel("ns per call")
     ax.set_title("Current device resource")

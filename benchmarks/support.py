@@ -15,8 +15,11 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
     stream-ordered pool: ``async``).
 ``size``
     Bytes per allocation or copy.
-``floor_ns``
-    librmm's own cost of the same work in C++ (``nbrmm._nbrmm._testing``).
+``floor_ns``, ``floor_kind``
+    librmm's own cost of the same work in C++ (``nbrmm._nbrmm._testing``), and what that
+    work was (``allocate+deallocate``; ``device_buffer`` for buffers of 0 bytes).
+``device_buffer_ns``
+    Buffers: an ``rmm::device_buffer`` created and destroyed in C++.
 ``direction``, ``floor_gbps``, ``gbps``
     Copies.
 ``threads``, ``ops``

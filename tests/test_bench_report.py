@@ -41,7 +41,14 @@ def synthetic(get_nbrmm_ns=100.0):
     buffers = [
         # pool: nbrmm 200 ns over the floor (met); rmm 5,900 ns over it
         bench(
-            "b-pool-n", 600, case="buffer", impl="nbrmm", resource="pool", size=256, floor_ns=400
+            "b-pool-n",
+            600,
+            case="buffer",
+            impl="nbrmm",
+            resource="pool",
+            size=256,
+            floor_ns=400,
+            device_buffer_ns=480,
         ),
         bench("b-pool-r", 6300, case="buffer", impl="rmm", resource="pool", size=256, floor_ns=400),
         bench(
@@ -138,6 +145,7 @@ def test_buffer_rows_with_floor_and_ratios(run_report):
     assert header == [
         "resource, size",
         "C++ floor",
+        "C++ device_buffer",
         "nbrmm",
         "nbrmm − floor",
         "nbrmm ÷ floor",
@@ -149,6 +157,7 @@ def test_buffer_rows_with_floor_and_ratios(run_report):
     ]
     cells = dict(zip(header, row(md, "pool, 256 B"), strict=True))
     assert cells["C++ floor"] == "400 ns"
+    assert cells["C++ device_buffer"] == "480 ns"
     assert cells["nbrmm"] == "600 ns"
     assert cells["nbrmm − floor"] == "200 ns"
     assert cells["nbrmm ÷ floor"] == "1.50×"
@@ -160,6 +169,7 @@ def test_buffer_rows_with_floor_and_ratios(run_report):
     # rows are ordered by resource, then size; a missing library shows a dash
     arena = dict(zip(header, row(md, "arena, 256 B"), strict=True))
     assert arena["cupy"] == "—" and arena["nbrmm ÷ cupy"] == "—"
+    assert arena["C++ device_buffer"] == "—"
     assert md.index("| pool, 0 B") < md.index("| pool, 256 B") < md.index("| arena, 256 B")
 
 
