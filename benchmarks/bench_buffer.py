@@ -1,34 +1,43 @@
-"""Buffer create+destroy round trips."""
+"""Buffer create+destroy round trips: nbrmm beside rmm for every resource kind and size,
+and beside the allocators of CuPy, PyTorch and cuda.core."""
 
 import pytest
+from support import (
+    OTHER_LIBRARIES,
+    MiB,
+    buffer_maker,
+    checked,
+    other_buffer_maker,
+    over_impls,
+    record,
+    resource_params,
+    size_id,
+)
 
-import nbrmm
-import nbrmm.mr
+SIZES = (0, 256, MiB)
 
-
-def _host_resource():
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    return nbrmm.mr.CallbackMemoryResource(
-        lambda n, s: libc.malloc(max(n, 1)), lambda p, n, s: libc.free(p)
-    )
-
-
-def bench_buffer_over_python_callbacks(benchmark):
-    mr = _host_resource()
-    benchmark(nbrmm.Buffer, 256, mr=mr)
+pytestmark = pytest.mark.benchmark(min_time=2e-5, max_time=0.1, min_rounds=10, disable_gc=True)
 
 
-def bench_buffer_zero_size(benchmark):
-    mr = _host_resource()
-    benchmark(nbrmm.Buffer, 0, mr=mr)
+@over_impls
+@pytest.mark.parametrize("size", SIZES, ids=size_id)
+@pytest.mark.parametrize("kind", resource_params())
+def bench_buffer(benchmark, kind, size, impl, resources, floor):
+    make = buffer_maker(impl, size, resources.get(impl, kind))
+    info = floor.buffer_info(kind, size)
+    record(benchmark, "buffer", impl.__name__, resource=kind, size=size, **info)
+    make()
+    benchmark(make)
 
 
 @pytest.mark.gpu
-def bench_buffer_cuda_1mib(benchmark):
-    mr = nbrmm.mr.CudaMemoryResource()
-    benchmark(nbrmm.Buffer, 1 << 20, mr=mr)
+@pytest.mark.parametrize("size", SIZES, ids=size_id)
+@pytest.mark.parametrize("library", OTHER_LIBRARIES)
+def bench_buffer_other_library(benchmark, library, size, floor):
+    make, keep = other_buffer_maker(library, size)
+    checked(make)
+    kind = OTHER_LIBRARIES[library]
+    info = floor.buffer_info(kind, size)
+    record(benchmark, "buffer", library, resource=kind, size=size, **info)
+    benchmark(make)
+    del keep

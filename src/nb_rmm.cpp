@@ -35,4 +35,5 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);
+  nbrmm::bind_testing(m);  // nbrmm._nbrmm._testing
 }

@@ -293,5 +293,6 @@ void bind_device_buffer(nb::module_& m);
 void bind_cupy_allocator(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);
+void bind_testing(nb::module_& m);
 
 }  // namespace nbrmm

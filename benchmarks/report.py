@@ -1,0 +1,710 @@
+"""Turns the benchmark suite's pytest-benchmark JSON into a report.
+
+    python benchmarks/report.py BENCH.json --out DIR
+
+writes ``DIR/report.md`` (tables of medians, ratios to each alternative library and to
+librmm's C++ floor, and the targets evaluated) and, when matplotlib can be imported,
+``DIR/report.png``. Only the standard library is needed for the markdown.
+
+The tables are built from the ``extra_info`` that every benchmark records (documented
+in ``benchmarks/support.py``). Benchmarks without it are listed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+#: Order of rows and columns.
+RESOURCE_ORDER = ("host", "cuda", "pool", "arena", "async", "binning")
+IMPL_ORDER = ("nbrmm", "rmm", "cupy", "torch", "cuda.core")
+DIRECTION_ORDER = ("h2d", "d2h", "d2d")
+DIRECTION_NAMES = {"h2d": "host → device", "d2h": "device → host", "d2d": "device → device"}
+
+#: Targets (from the baseline measured on an H200 with rmm 26.10).
+OVERHEAD_TARGET_NS = 250.0
+OVERHEAD_TARGET_RESOURCES = ("arena", "pool", "async")
+OVERHEAD_TARGET_SIZES = (256, 1 << 20)
+GET_CURRENT_TARGET_RATIO = 0.5
+
+
+# ---------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One benchmark: its median (ns per call) and what it recorded."""
+
+    name: str
+    median_ns: float
+    iqr_ns: float
+    rounds: int
+    info: dict = field(default_factory=dict)
+
+    @property
+    def case(self):
+        return self.info.get("case")
+
+    @property
+    def impl(self):
+        return self.info.get("impl")
+
+    @property
+    def floor_ns(self):
+        return self.info.get("floor_ns")
+
+    @property
+    def per_op_ns(self):
+        """ns per allocation (thread cases time ``ops`` allocations per call)."""
+        return self.median_ns / self.info.get("ops", 1)
+
+    @property
+    def gbps(self):
+        size = self.info.get("size")
+        return None if not size or self.median_ns <= 0 else size / self.median_ns
+
+
+def load(path):
+    """(results, document) from a pytest-benchmark JSON file."""
+    doc = json.loads(pathlib.Path(path).read_text())
+    results = []
+    for bench in doc.get("benchmarks", []):
+        stats = bench.get("stats") or {}
+        if "median" not in stats:
+            continue
+        results.append(
+            Result(
+                name=bench.get("name", "?"),
+                median_ns=stats["median"] * 1e9,
+                iqr_ns=stats.get("iqr", 0.0) * 1e9,
+                rounds=stats.get("rounds", 0),
+                info=dict(bench.get("extra_info") or {}),
+            )
+        )
+    return results, doc
+
+
+def index(results, case, *keys):
+    """{(key values...): {impl: Result}} for the results of ``case``."""
+    table = defaultdict(dict)
+    for r in results:
+        if r.case == case:
+            table[tuple(r.info.get(k) for k in keys)][r.impl] = r
+    return table
+
+
+def impls_present(rows):
+    present = {impl for by_impl in rows.values() for impl in by_impl}
+    ordered = [i for i in IMPL_ORDER if i in present]
+    return ordered + sorted(present - set(ordered))
+
+
+def rank(value, order):
+    return (order.index(value), "") if value in order else (len(order), str(value))
+
+
+# ---------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------
+
+DASH = "—"
+
+
+def fmt_time(ns):
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return DASH
+    if abs(ns) < 10_000:
+        return f"{ns:,.0f} ns"
+    if abs(ns) < 10_000_000:
+        return f"{ns / 1e3:,.1f} µs"
+    return f"{ns / 1e6:,.1f} ms"
+
+
+def fmt_ratio(value):
+    return DASH if value is None else f"{value:.2f}×"
+
+
+def fmt_gbps(value):
+    if value is None:
+        return DASH
+    return f"{value:,.1f}" if value >= 1 else f"{value:.3f}"
+
+
+def fmt_size(size):
+    if size is None:
+        return DASH
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} B"
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def md_table(header, rows, numeric=True):
+    """A markdown table; columns after the first are right-aligned when ``numeric``."""
+    lines = ["| " + " | ".join(header) + " |"]
+    align = ["---" if i == 0 or not numeric else "---:" for i in range(len(header))]
+    lines.append("|" + "|".join(align) + "|")
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------
+
+
+def machine_section(doc):
+    mi = doc.get("machine_info") or {}
+    nb = mi.get("nbrmm") or {}
+    versions = nb.get("versions") or {}
+    cpu = (mi.get("cpu") or {}).get("brand_raw")
+
+    def cuda(code):
+        return f"{code // 1000}.{code % 1000 // 10}" if code else DASH
+
+    lines = ["## Machine", ""]
+    rows = [
+        ("GPU", nb.get("gpu") or DASH),
+        ("driver", nb.get("driver") or DASH),
+        (
+            "CUDA driver API / runtime",
+            f"{cuda(nb.get('cuda_driver_api'))} / {cuda(nb.get('cuda_runtime'))}",
+        ),
+        ("CPU", f"{cpu or DASH} ({(mi.get('cpu') or {}).get('count', '?')} cores)"),
+        ("Python", nb.get("python") or mi.get("python_version") or DASH),
+        ("run at", doc.get("datetime") or nb.get("recorded") or DASH),
+    ]
+    commit = doc.get("commit_info") or {}
+    if commit.get("id"):
+        rows.append(("commit", f"{commit['id'][:12]}{' (dirty)' if commit.get('dirty') else ''}"))
+    lines.append(md_table(["", ""], rows, numeric=False))
+    if versions:
+        listed = [(k, v or "not installed") for k, v in versions.items()]
+        lines += ["", md_table(["package", "version"], listed, numeric=False)]
+    return "\n".join(lines)
+
+
+def overhead_ns(result):
+    """A result's median minus its C++ floor, or None."""
+    if result is None or result.floor_ns is None:
+        return None
+    return result.median_ns - result.floor_ns
+
+
+def target_section(results):
+    rows = []
+    buffers = index(results, "buffer", "resource", "size")
+    limit = OVERHEAD_TARGET_NS
+    for kind in OVERHEAD_TARGET_RESOURCES:
+        for size in OVERHEAD_TARGET_SIZES:
+            by_impl = buffers.get((kind, size), {})
+            over = overhead_ns(by_impl.get("nbrmm"))
+            if over is None:
+                verdict = "not measured"
+            elif over <= limit:
+                verdict = "met"
+            else:
+                verdict = f"**missed** by {fmt_time(over - limit)}"
+            what = f"Buffer({fmt_size(size)}, mr={kind}) − C++ floor ≤ {limit:.0f} ns"
+            rows.append((what, fmt_time(over), fmt_time(overhead_ns(by_impl.get("rmm"))), verdict))
+
+    current = index(results, "get_current").get((), {})
+    nb, rm = current.get("nbrmm"), current.get("rmm")
+    goal = GET_CURRENT_TARGET_RATIO
+    if nb is None or rm is None:
+        verdict = "not measured"
+    else:
+        r = nb.median_ns / rm.median_ns
+        if r <= goal:
+            verdict = f"met ({r:.2f}×)"
+        else:
+            need = goal * rm.median_ns
+            verdict = (
+                f"**missed**: {r:.2f}×, {r - goal:.2f}× over; "
+                f"{fmt_time(nb.median_ns - need)} slower than the {fmt_time(need)} needed"
+            )
+    rows.append(
+        (
+            f"get_current_device_resource() ≤ {goal}× rmm's",
+            fmt_time(nb.median_ns if nb else None),
+            fmt_time(rm.median_ns if rm else None),
+            verdict,
+        )
+    )
+    note = (
+        "Overheads are the median of the Python call (the timing loop's own call included, as "
+        "in the baseline) minus librmm's C++ allocate+deallocate round trip on the same "
+        "resource and size, timed in the same process."
+    )
+    table = md_table(["target", "nbrmm", "rmm", "verdict"], rows, numeric=False)
+    return "\n".join(["## Targets", "", table, "", note])
+
+
+def time_comparison(results, case, title, intro, keys, row_label, key_title):
+    """A table per case: one row per key, the floor, nbrmm, and each other library with
+    nbrmm's time ÷ its time."""
+    rows = index(results, case, *keys)
+    if not rows:
+        return None
+    impls = impls_present(rows)
+    others = [i for i in impls if i != "nbrmm"]
+    has_floor = any(r.floor_ns is not None for by in rows.values() for r in by.values())
+    has_dbuf = any("device_buffer_ns" in r.info for by in rows.values() for r in by.values())
+    header = [key_title]
+    if has_floor:
+        header += ["C++ floor"]
+    if has_dbuf:
+        header += ["C++ device_buffer"]
+    header += ["nbrmm"]
+    if has_floor:
+        header += ["nbrmm − floor", "nbrmm ÷ floor"]
+    for o in others:
+        header += [o]
+        if o == "rmm" and has_floor:
+            header += ["rmm − floor"]
+        header += [f"nbrmm ÷ {o}"]
+    body = []
+    for key in sorted(rows, key=lambda k: row_sort_key(keys, k)):
+        by = rows[key]
+        nb = by.get("nbrmm")
+        floor = next((r.floor_ns for r in by.values() if r.floor_ns is not None), None)
+        if nb is not None and nb.floor_ns is not None:
+            floor = nb.floor_ns
+        dbuf = next(
+            (r.info["device_buffer_ns"] for r in by.values() if "device_buffer_ns" in r.info), None
+        )
+        line = [row_label(key)]
+        if has_floor:
+            line += [fmt_time(floor)]
+        if has_dbuf:
+            line += [fmt_time(dbuf)]
+        line += [fmt_time(nb.median_ns if nb else None)]
+        if has_floor:
+            over = nb.median_ns - floor if nb and floor is not None else None
+            line += [fmt_time(over), fmt_ratio(ratio(nb.median_ns if nb else None, floor))]
+        for o in others:
+            r = by.get(o)
+            line += [fmt_time(r.median_ns if r else None)]
+            if o == "rmm" and has_floor:
+                line += [fmt_time(r.median_ns - floor if r and floor is not None else None)]
+            line += [fmt_ratio(ratio(nb.median_ns if nb else None, r.median_ns if r else None))]
+        body.append(line)
+    return "\n".join([f"## {title}", "", intro, "", md_table(header, body)])
+
+
+def row_sort_key(keys, key):
+    out = []
+    for k, v in zip(keys, key, strict=True):
+        if k == "resource":
+            out.append(rank(v, RESOURCE_ORDER))
+        elif k == "direction":
+            out.append(rank(v, DIRECTION_ORDER))
+        else:
+            out.append((0, "") if v is None else (v, ""))
+    return out
+
+
+def resource_size_label(key):
+    kind, size = key
+    return f"{kind}, {fmt_size(size)}"
+
+
+def copy_section(results):
+    rows = index(results, "copy", "direction", "size")
+    if not rows:
+        return None
+    impls = impls_present(rows)
+    others = [i for i in impls if i != "nbrmm"]
+    header = ["copy", "raw cudaMemcpy", "nbrmm", "nbrmm ÷ raw"]
+    for o in others:
+        header += [o, f"nbrmm ÷ {o}"]
+    body = []
+    for key in sorted(rows, key=lambda k: row_sort_key(("direction", "size"), k)):
+        by = rows[key]
+        nb = by.get("nbrmm")
+        raw = nb.info.get("floor_gbps") if nb else None
+        if raw is None:
+            raw = next(
+                (r.info.get("floor_gbps") for r in by.values() if r.info.get("floor_gbps")), None
+            )
+        direction, size = key
+        line = [
+            f"{DIRECTION_NAMES.get(direction, direction)}, {fmt_size(size)}",
+            fmt_gbps(raw),
+            fmt_gbps(nb.gbps if nb else None),
+            fmt_ratio(ratio(nb.gbps if nb else None, raw)),
+        ]
+        for o in others:
+            r = by.get(o)
+            line += [
+                fmt_gbps(r.gbps if r else None),
+                fmt_ratio(ratio(nb.gbps if nb else None, r.gbps if r else None)),
+            ]
+        body.append(line)
+    intro = (
+        "GB/s (10⁹ bytes per second) of one synchronized copy, median. *raw cudaMemcpy* is "
+        "`cudaMemcpyAsync` + `cudaStreamSynchronize` of the same memory timed in C++ in the "
+        "same run; host memory is pageable NumPy memory. Ratios are of bandwidth: above 1 "
+        "nbrmm is faster."
+    )
+    return "\n".join(["## Copies", "", intro, "", md_table(header, body)])
+
+
+def threads_section(results):
+    rows = index(results, "threads", "resource", "threads")
+    if not rows:
+        return None
+    impls = impls_present(rows)
+    others = [i for i in impls if i != "nbrmm"]
+    single = {
+        (key[0], impl): r for key, by in rows.items() if key[1] == 1 for impl, r in by.items()
+    }
+    header = ["resource, threads", "nbrmm per buffer", "nbrmm Mbuffers/s", "nbrmm scaling"]
+    for o in others:
+        header += [f"{o} per buffer", f"nbrmm ÷ {o}"]
+    body = []
+    for key in sorted(rows, key=lambda k: row_sort_key(("resource", "threads"), k)):
+        by = rows[key]
+        nb = by.get("nbrmm")
+        base = single.get((key[0], "nbrmm"))
+        line = [
+            f"{key[0]}, {key[1]}",
+            fmt_time(nb.per_op_ns if nb else None),
+            f"{1e3 / nb.per_op_ns:.2f}" if nb else DASH,
+            fmt_ratio(ratio(base.per_op_ns, nb.per_op_ns) if nb and base else None),
+        ]
+        for o in others:
+            r = by.get(o)
+            line += [
+                fmt_time(r.per_op_ns if r else None),
+                fmt_ratio(ratio(nb.per_op_ns if nb else None, r.per_op_ns if r else None)),
+            ]
+        body.append(line)
+    intro = (
+        "Each thread creates and destroys 256-byte buffers; *per buffer* is wall time ÷ "
+        "buffers made by all threads together, *scaling* is throughput ÷ one thread's. "
+        "Other libraries are listed with the nbrmm resource they are compared with."
+    )
+    return "\n".join(
+        ["## Allocation throughput from threads", "", intro, "", md_table(header, body)]
+    )
+
+
+def reference_section(results):
+    refs = [r for r in results if r.case == "reference"]
+    if not refs:
+        return None
+    body = [(f"`{r.info.get('resource', r.name)}`", fmt_time(r.median_ns)) for r in refs]
+    return "\n".join(
+        [
+            "## Python reference points",
+            "",
+            "Python's own costs in the same run (every timed call above includes one call "
+            "like the empty one).",
+            "",
+            md_table(["operation", "median"], body),
+        ]
+    )
+
+
+def other_section(results):
+    rest = [r for r in results if r.case is None]
+    if not rest:
+        return None
+    body = [
+        (r.name, fmt_time(r.median_ns), fmt_time(r.iqr_ns), r.rounds)
+        for r in sorted(rest, key=lambda r: r.name)
+    ]
+    return "\n".join(
+        ["## Other benchmarks", "", md_table(["benchmark", "median", "IQR", "rounds"], body)]
+    )
+
+
+def render_markdown(results, doc):
+    parts = [
+        "# nbrmm benchmarks",
+        "",
+        "Medians of one call each; every library ran in one process, so compare the ratios "
+        "(absolute times drift between runs on shared machines). *C++ floor* is librmm's own "
+        "cost of the same work on an nbrmm resource of the same kind, timed in C++ with the "
+        "GIL released. Time ratios *nbrmm ÷ X* below 1 mean nbrmm is faster.",
+        "",
+        machine_section(doc),
+        "",
+        target_section(results),
+    ]
+    sections = [
+        time_comparison(
+            results,
+            "buffer",
+            "Buffer create + destroy",
+            "nbrmm `Buffer(size, mr=mr)`, rmm `DeviceBuffer(size=size, mr=mr)`; CuPy "
+            "`MemoryPool.malloc`, PyTorch `torch.empty(..., device='cuda')` and cuda.core "
+            "`DeviceMemoryResource.allocate(...).close()` sit in the row of the resource "
+            "they resemble (caching pool: *pool*; CUDA stream-ordered pool: *async*). "
+            "*C++ device_buffer* is an `rmm::device_buffer` created and destroyed in C++ (what "
+            "a Buffer holds); for 0 bytes nothing is allocated and it is the floor.",
+            ("resource", "size"),
+            resource_size_label,
+            "resource, size",
+        ),
+        time_comparison(
+            results,
+            "allocate",
+            "mr.allocate + mr.deallocate",
+            "`mr.deallocate(mr.allocate(size), size)`; PyTorch: "
+            "`caching_allocator_delete(caching_allocator_alloc(size))`.",
+            ("resource", "size"),
+            resource_size_label,
+            "resource, size",
+        ),
+        time_comparison(
+            results,
+            "get_current",
+            "get_current_device_resource",
+            "With a pool (on a GPU) set as the current resource. CuPy: "
+            "`cupy.cuda.get_allocator()`; cuda.core: `Device.memory_resource`.",
+            (),
+            lambda key: "`get_current_device_resource()`",
+            "call",
+        ),
+        time_comparison(
+            results,
+            "set_current",
+            "set_current_device_resource",
+            "Setting the same pool again. CuPy: `cupy.cuda.set_allocator(pool.malloc)`; "
+            "cuda.core: `Device.memory_resource = mr`.",
+            (),
+            lambda key: "`set_current_device_resource(mr)`",
+            "call",
+        ),
+        copy_section(results),
+        threads_section(results),
+        reference_section(results),
+        other_section(results),
+    ]
+    for s in sections:
+        if s:
+            parts += ["", s]
+    return "\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------
+# Plot
+# ---------------------------------------------------------------------------------
+
+
+def render_png(results, path):
+    """Writes the plot; returns False when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(18, 10))
+    bars_by_resource(axes[0][0], results, "buffer", 256, "Buffer create+destroy, 256 B")
+    bars_by_resource(axes[0][1], results, "allocate", 256, "allocate+deallocate, 256 B")
+    overhead_plot(axes[0][2], results)
+    copy_plot(axes[1][0], results)
+    threads_plot(axes[1][1], results)
+    current_plot(axes[1][2], results)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _legend(ax, fontsize=8):
+    """A legend, or a note on an empty panel (nothing of it was measured)."""
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=fontsize)
+    else:
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+
+
+def _colors():
+    return {
+        "nbrmm": "#1f77b4",
+        "rmm": "#ff7f0e",
+        "cupy": "#2ca02c",
+        "torch": "#d62728",
+        "cuda.core": "#9467bd",
+        "floor": "#555555",
+    }
+
+
+def bars_by_resource(ax, results, case, size, title):
+    rows = index(results, case, "resource", "size")
+    kinds = sorted({k for k, s in rows if s == size}, key=lambda k: rank(k, RESOURCE_ORDER))
+    impls = impls_present({k: v for k, v in rows.items() if k[1] == size})
+    colors = _colors()
+    width = 0.8 / max(len(impls), 1)
+    for j, impl in enumerate(impls):
+        xs, ys = [], []
+        for i, kind in enumerate(kinds):
+            r = rows.get((kind, size), {}).get(impl)
+            if r is not None:
+                xs.append(i + (j - (len(impls) - 1) / 2) * width)
+                ys.append(r.median_ns)
+        if xs:
+            ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
+    fx, fy = [], []
+    for i, kind in enumerate(kinds):
+        nb = rows.get((kind, size), {}).get("nbrmm")
+        if nb is not None and nb.floor_ns:
+            fx.append(i)
+            fy.append(nb.floor_ns)
+    if fx:
+        ax.scatter(fx, fy, marker="_", s=900, color=colors["floor"], label="C++ floor", zorder=3)
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_yscale("log")
+    ax.set_ylabel("ns per round trip (log)")
+    ax.set_title(title)
+    _legend(ax)
+
+
+def overhead_plot(ax, results):
+    rows = index(results, "buffer", "resource", "size")
+    kinds = [k for k in RESOURCE_ORDER if (k, 256) in rows]
+    colors = _colors()
+    for j, impl in enumerate(("nbrmm", "rmm")):
+        xs, ys = [], []
+        for i, kind in enumerate(kinds):
+            r = rows[(kind, 256)].get(impl)
+            if r is not None and r.floor_ns is not None:
+                xs.append(i + (j - 0.5) * 0.4)
+                ys.append(r.median_ns - r.floor_ns)
+        if xs:
+            ax.bar(xs, ys, 0.4, label=impl, color=colors[impl])
+    ax.axhline(
+        OVERHEAD_TARGET_NS,
+        color="black",
+        linestyle="--",
+        label=f"target {OVERHEAD_TARGET_NS:.0f} ns",
+    )
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel("ns over the C++ floor")
+    ax.set_title("Buffer overhead over librmm, 256 B")
+    _legend(ax)
+
+
+def copy_plot(ax, results):
+    rows = index(results, "copy", "direction", "size")
+    keys = sorted(rows, key=lambda k: row_sort_key(("direction", "size"), k))
+    impls = impls_present(rows)
+    colors = _colors()
+    series = ["floor"] + impls
+    width = 0.8 / len(series)
+    for j, name in enumerate(series):
+        xs, ys = [], []
+        for i, key in enumerate(keys):
+            by = rows[key]
+            if name == "floor":
+                nb = by.get("nbrmm") or next(iter(by.values()))
+                value = nb.info.get("floor_gbps")
+            else:
+                value = by[name].gbps if name in by else None
+            if value:
+                xs.append(i + (j - (len(series) - 1) / 2) * width)
+                ys.append(value)
+        if not xs:
+            continue
+        ax.bar(
+            xs,
+            ys,
+            width,
+            label="raw cudaMemcpy" if name == "floor" else name,
+            color=colors.get(name),
+        )
+    ax.set_xticks(range(len(keys)), [f"{d}\n{fmt_size(s)}" for d, s in keys], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("GB/s (log)")
+    ax.set_title("Copies")
+    _legend(ax)
+
+
+def threads_plot(ax, results):
+    rows = index(results, "threads", "resource", "threads")
+    lines = defaultdict(list)
+    for (kind, threads), by in rows.items():
+        for impl, r in by.items():
+            lines[(impl, kind)].append((threads, 1e3 / r.per_op_ns))
+    colors = _colors()
+    styles = {"pool": "-", "arena": "--", "async": ":", "host": "-."}
+    for (impl, kind), pts in sorted(
+        lines.items(), key=lambda kv: (rank(kv[0][0], IMPL_ORDER), kv[0][1])
+    ):
+        pts.sort()
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            styles.get(kind, "-"),
+            marker="o",
+            color=colors.get(impl),
+            label=f"{impl} ({kind})",
+        )
+    ax.set_xlabel("Python threads")
+    ax.set_ylabel("million buffers per second")
+    ax.set_title("Allocation throughput, 256 B")
+    _legend(ax, fontsize=7)
+
+
+def current_plot(ax, results):
+    colors = _colors()
+    cases = [("get_current", "get"), ("set_current", "set")]
+    impls = [i for i in IMPL_ORDER if any(r.case in dict(cases) and r.impl == i for r in results)]
+    width = 0.8 / max(len(impls), 1)
+    for j, impl in enumerate(impls):
+        xs, ys = [], []
+        for i, (case, _) in enumerate(cases):
+            r = index(results, case).get((), {}).get(impl)
+            if r is not None:
+                xs.append(i + (j - (len(impls) - 1) / 2) * width)
+                ys.append(r.median_ns)
+        if xs:
+            ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
+    ax.set_xticks(range(len(cases)), [f"{label}_current_device_resource" for _, label in cases])
+    ax.set_ylabel("ns per call")
+    ax.set_title("Current device resource")
+    _legend(ax)
+
+
+# ---------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument("--out", required=True, help="folder for report.md and report.png")
+    args = parser.parse_args(argv)
+
+    results, doc = load(args.json)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(render_markdown(results, doc), encoding="utf-8")
+    print(f"wrote {out / 'report.md'} ({len(results)} benchmarks)")
+    if render_png(results, out / "report.png"):
+        print(f"wrote {out / 'report.png'}")
+    else:
+        print("matplotlib is not installed: no report.png", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

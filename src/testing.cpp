@@ -1,0 +1,180 @@
+// nbrmm._nbrmm._testing: measurement helpers for the benchmark suite and the tests.
+//
+// The functions here run librmm in tight C++ loops with the GIL released, so that one
+// process can measure both a Python call and librmm's own cost of the same work (the
+// "floor" under any binding), side by side.
+#include "nb_rmm.hpp"
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace nbrmm {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ns_per_iteration(clock_type::time_point start, clock_type::time_point stop, long iterations)
+{
+  return std::chrono::duration<double, std::nano>(stop - start).count() /
+         static_cast<double>(iterations);
+}
+
+long iterations_arg(long iterations)
+{
+  if (iterations < 1) {
+    throw nb::value_error(
+      ("iterations: must be at least 1, got " + std::to_string(iterations)).c_str());
+  }
+  return iterations;
+}
+
+[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
+{
+  cudaGetLastError();
+  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status)};
+}
+
+double allocate_round_trip_ns(nb::handle mr,
+                              nb::handle nbytes,
+                              long iterations,
+                              nb::handle stream,
+                              std::size_t alignment)
+{
+  std::size_t const n      = parse_size(nbytes, "nbytes");
+  long const count         = iterations_arg(iterations);
+  cuda::stream_ref const s = stream_arg(stream, "stream");
+  // A copy shares the resource's state and keeps it alive while the GIL is released.
+  device_resource res = resource_arg(mr, "mr").get();
+  nb::gil_scoped_release release;
+  auto const start = clock_type::now();
+  for (long i = 0; i < count; ++i) {
+    void* p = res.allocate(s, n, alignment);
+    res.deallocate(s, p, n, alignment);
+  }
+  return ns_per_iteration(start, clock_type::now(), count);
+}
+
+double device_buffer_round_trip_ns(nb::handle mr, nb::handle nbytes, long iterations, nb::handle stream)
+{
+  std::size_t const n      = parse_size(nbytes, "nbytes");
+  long const count         = iterations_arg(iterations);
+  cuda::stream_ref const s = stream_arg(stream, "stream");
+  device_resource res      = resource_arg(mr, "mr").get();
+  nb::gil_scoped_release release;
+  auto const start = clock_type::now();
+  for (long i = 0; i < count; ++i) {
+    rmm::device_buffer b{n, default_alignment, s, res};
+  }
+  return ns_per_iteration(start, clock_type::now(), count);
+}
+
+double memcpy_ns(std::uintptr_t dst, std::uintptr_t src, nb::handle nbytes, long iterations, nb::handle stream)
+{
+  std::size_t const n      = parse_size(nbytes, "nbytes");
+  long const count         = iterations_arg(iterations);
+  cuda::stream_ref const s = stream_arg(stream, "stream");
+  if (n != 0 && (dst == 0 || src == 0)) {
+    throw nb::value_error(dst == 0 ? "dst: null pointer" : "src: null pointer");
+  }
+  nb::gil_scoped_release release;
+  auto const start = clock_type::now();
+  for (long i = 0; i < count; ++i) {
+    auto status = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src),
+                                  n, cudaMemcpyDefault, s.get());
+    if (status != cudaSuccess) { cuda_fail(status, "cudaMemcpyAsync"); }
+    status = cudaStreamSynchronize(s.get());
+    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+  }
+  return ns_per_iteration(start, clock_type::now(), count);
+}
+
+}  // namespace
+
+void bind_testing(nb::module_& m)
+{
+  nb::module_ t = m.def_submodule(
+    "_testing", "Measurement helpers: librmm's own cost of work measured in C++ loops.");
+
+  t.def("allocate_round_trip_ns", &allocate_round_trip_ns, nb::arg("mr"), nb::arg("nbytes"),
+        nb::arg("iterations"), nb::arg("stream") = default_stream(),
+        nb::arg("alignment") = default_alignment,
+        R"doc(Time ``iterations`` allocate+deallocate round trips on ``mr`` in C++.
+
+The loop calls the resource's C++ ``allocate`` and ``deallocate`` directly (through the
+same type-erased handle that nbrmm's own calls use), with the GIL released: the floor
+under any Python binding of the same resource.
+
+Parameters
+----------
+mr : DeviceMemoryResource
+    The resource.
+nbytes : int or str
+    Bytes per allocation.
+iterations : int
+    Number of round trips (at least 1).
+stream : Stream, optional
+    The stream the allocations are ordered on.
+alignment : int, optional
+    The alignment asked for, 256 by default.
+
+Returns
+-------
+float
+    Nanoseconds per round trip.)doc");
+
+  t.def("device_buffer_round_trip_ns", &device_buffer_round_trip_ns, nb::arg("mr"),
+        nb::arg("nbytes"), nb::arg("iterations"), nb::arg("stream") = default_stream(),
+        R"doc(Time ``iterations`` creations and destructions of an ``rmm::device_buffer``.
+
+The C++ counterpart of ``Buffer(nbytes, mr=mr, stream=stream)`` followed by its
+destruction, with the GIL released. A buffer of 0 bytes allocates nothing.
+
+Parameters
+----------
+mr : DeviceMemoryResource
+    The resource.
+nbytes : int or str
+    Bytes per buffer.
+iterations : int
+    Number of buffers (at least 1).
+stream : Stream, optional
+    The stream of the buffers.
+
+Returns
+-------
+float
+    Nanoseconds per buffer.)doc");
+
+  t.def("memcpy_ns", &memcpy_ns, nb::arg("dst"), nb::arg("src"), nb::arg("nbytes"),
+        nb::arg("iterations"), nb::arg("stream") = default_stream(),
+        R"doc(Time ``iterations`` copies of ``nbytes`` bytes from ``src`` to ``dst``.
+
+Each copy is ``cudaMemcpyAsync`` (``cudaMemcpyDefault``) followed by
+``cudaStreamSynchronize`` on ``stream``, with the GIL released: the raw copy cost that a
+Python copy of the same memory can be compared with.
+
+Parameters
+----------
+dst, src : int
+    Host or device pointers.
+nbytes : int or str
+    Bytes per copy.
+iterations : int
+    Number of copies (at least 1).
+stream : Stream, optional
+    The stream of the copies.
+
+Returns
+-------
+float
+    Nanoseconds per copy.
+
+Raises
+------
+CudaError
+    If a copy fails.)doc");
+}
+
+}  // namespace nbrmm
