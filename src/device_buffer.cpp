@@ -19,27 +19,143 @@
 namespace nbrmm {
 namespace {
 
+bool multi_device() noexcept
+{
+  static int const count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count > 1;
+}
+
+[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
+{
+  cudaGetLastError();
+  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status)};
+}
+
+/// The memory of a Buffer: allocated directly from the buffer's resource (the fast path:
+/// no rmm::device_buffer bookkeeping), or an rmm::device_buffer handed over by C++.
+/// Callers release the GIL around every member that allocates, copies or frees.
+class memory {
+ public:
+  memory(std::size_t n,
+         std::size_t alignment,
+         cuda::stream_ref stream,
+         device_resource const& res,
+         int device)
+    : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}
+  {
+    if (n != 0) { ptr_ = res_.allocate(stream_, n, alignment_); }
+    size_ = capacity_ = n;
+  }
+  explicit memory(rmm::device_buffer&& adopted)
+    : adopted_{std::make_unique<rmm::device_buffer>(std::move(adopted))}
+  {
+  }
+  memory(memory const&)            = delete;
+  memory& operator=(memory const&) = delete;
+  ~memory() { free(); }
+
+  [[nodiscard]] void* data() const noexcept { return adopted_ ? adopted_->data() : ptr_; }
+  [[nodiscard]] std::size_t size() const noexcept { return adopted_ ? adopted_->size() : size_; }
+  [[nodiscard]] std::size_t capacity() const noexcept
+  {
+    return adopted_ ? adopted_->capacity() : capacity_;
+  }
+  [[nodiscard]] std::size_t alignment() const noexcept
+  {
+    return adopted_ ? adopted_->alignment() : alignment_;
+  }
+  [[nodiscard]] cuda::stream_ref stream() const noexcept
+  {
+    return adopted_ ? adopted_->stream() : stream_;
+  }
+  /// The Python callables behind the resource that frees this memory, if any.
+  [[nodiscard]] python_resource::state const* callables() const noexcept
+  {
+    return adopted_ ? nbrmm::python_state(adopted_->memory_resource()) : nbrmm::python_state(res_);
+  }
+
+  void reserve(std::size_t n, cuda::stream_ref s)
+  {
+    if (adopted_) { return adopted_->reserve(n, s); }
+    if (n > capacity_) { reallocate(n, s); }
+    stream_ = s;
+  }
+  void resize(std::size_t n, cuda::stream_ref s)
+  {
+    if (adopted_) { return adopted_->resize(n, s); }
+    if (n > capacity_) { reallocate(n, s); }
+    size_   = n;
+    stream_ = s;
+  }
+  void shrink_to_fit(cuda::stream_ref s)
+  {
+    if (adopted_) { return adopted_->shrink_to_fit(s); }
+    if (capacity_ > size_) { reallocate(size_, s); }
+    stream_ = s;
+  }
+
+ private:
+  /// Moves the contents into a new allocation of `n` bytes, ordered on `s`.
+  void reallocate(std::size_t n, cuda::stream_ref s)
+  {
+    void* fresh = n != 0 ? res_.allocate(s, n, alignment_) : nullptr;
+    std::size_t const keep = std::min(size_, n);
+    if (keep != 0) {
+      auto const status = cudaMemcpyAsync(fresh, ptr_, keep, cudaMemcpyDefault, s.get());
+      if (status != cudaSuccess) {
+        res_.deallocate(s, fresh, n, alignment_);
+        cuda_fail(status, "cudaMemcpyAsync");
+      }
+    }
+    if (ptr_ != nullptr) { res_.deallocate(s, ptr_, capacity_, alignment_); }
+    ptr_      = fresh;
+    capacity_ = n;
+  }
+
+  void free() noexcept
+  {
+    if (adopted_) {
+      adopted_.reset();
+      return;
+    }
+    if (ptr_ == nullptr) { return; }
+    std::optional<rmm::cuda_set_device_raii> guard;
+    if (device_ >= 0 && multi_device()) { guard.emplace(rmm::cuda_device_id{device_}); }
+    res_.deallocate(stream_, ptr_, capacity_, alignment_);
+    ptr_ = nullptr;
+  }
+
+  device_resource res_;
+  void* ptr_{nullptr};
+  std::size_t size_{0};
+  std::size_t capacity_{0};
+  cuda::stream_ref stream_{cudaStream_t{nullptr}};
+  std::size_t alignment_{default_alignment};
+  int device_{-1};
+  std::unique_ptr<rmm::device_buffer> adopted_;
+};
+
 struct Buffer {
-  std::optional<rmm::device_buffer> buf;  ///< empty once closed
+  std::optional<memory> buf;              ///< empty once closed
   nb::object mr;                          ///< the resource object that frees the memory
   nb::object stream;                      ///< the stream the buffer is ordered on
   int device{-1};                         ///< the device the memory lives on
   DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when counted as a holder of its callables
 
   Buffer() = default;
-  Buffer(Buffer&& o) noexcept
-    : buf{std::move(o.buf)},
-      mr{std::move(o.mr)},
-      stream{std::move(o.stream)},
-      device{o.device},
-      counted_in{std::exchange(o.counted_in, nullptr)}
-  {
-    o.buf.reset();
-  }
+  Buffer(Buffer&&)            = delete;
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
 
-  rmm::device_buffer& get()
+  memory& get()
   {
     if (!buf.has_value()) { throw nb::value_error("the buffer is closed"); }
     return *buf;
@@ -51,7 +167,7 @@ struct Buffer {
   {
     auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
     auto const* state = python_state(r->res);
-    if (state != nullptr && python_state(buf->memory_resource()) == state) {
+    if (state != nullptr && buf->callables() == state) {
       ++r->buffer_holders.n;
       counted_in = r;
     }
@@ -79,13 +195,6 @@ struct DeviceBuffer : Buffer {};
 PyTypeObject* buffer_type = nullptr;
 
 Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
-
-[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
-{
-  cudaGetLastError();
-  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                        cudaGetErrorString(status)};
-}
 
 bool is_default(cuda::stream_ref s)
 {
@@ -185,23 +294,39 @@ std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* par
   return {reinterpret_cast<void const*>(ptr), count * itemsize};
 }
 
-/// Creates a Buffer of class `cls` holding `b`.
-nb::object make_buffer(nb::handle cls, rmm::device_buffer&& b, nb::object mr, nb::object stream)
+/// Constructs `self` (raw storage) as a buffer of `n` bytes from the resource object `mr`
+/// on the stream object `stream`. On failure nothing was constructed.
+void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr, nb::object stream)
 {
-  nb::object obj = nb::inst_alloc(cls);
-  Buffer* self   = nb::inst_ptr<Buffer>(obj);
+  auto* r              = nb::inst_ptr<DeviceMemoryResource>(mr);
+  device_resource& res = r->get();
+  cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
   new (self) Buffer{};
-  self->device = current_device();
-  self->buf.emplace(std::move(b));
+  try {
+    nb::gil_scoped_release release;
+    self->buf.emplace(n, alignment, s, res, r->device);
+  } catch (...) {
+    self->~Buffer();
+    throw;
+  }
+  self->device = r->device >= 0 ? r->device : current_device();
   self->mr     = std::move(mr);
   self->stream = std::move(stream);
   self->count_holder();
+}
+
+/// A new, ready instance of `cls` whose storage `init` constructs.
+template <class Init>
+nb::object new_buffer(nb::handle cls, Init&& init)
+{
+  nb::object obj = nb::inst_alloc(cls);
+  init(nb::inst_ptr<Buffer>(obj));
   nb::inst_mark_ready(obj);
   return obj;
 }
 
 /// Allocates `n` bytes from `mr` (None: the current resource) and, when `src` is
-/// given, copies `n` bytes from it. Used by every constructor and copy.
+/// given, copies `n` bytes from it. Used by every copy and host upload.
 nb::object allocate_buffer(nb::handle cls,
                            std::size_t n,
                            void const* src,
@@ -209,16 +334,12 @@ nb::object allocate_buffer(nb::handle cls,
                            nb::handle stream_arg_obj,
                            std::size_t alignment = default_alignment)
 {
-  nb::object mr          = resource_or_current(mr_arg, "mr");
-  nb::object stream      = stream_object(stream_arg_obj, "stream");
-  cuda::stream_ref s     = nb::inst_ptr<Stream>(stream)->ref();
-  device_resource& res   = nb::inst_ptr<DeviceMemoryResource>(mr)->get();
-  std::optional<rmm::device_buffer> b;
-  {
-    nb::gil_scoped_release release;
-    b.emplace(n, alignment, s, res);
-  }
-  nb::object out = make_buffer(cls, std::move(*b), std::move(mr), std::move(stream));
+  nb::object mr     = resource_or_current(mr_arg, "mr");
+  nb::object stream = stream_object(stream_arg_obj, "stream");
+  cuda::stream_ref s = nb::inst_ptr<Stream>(stream)->ref();
+  nb::object out    = new_buffer(cls, [&](Buffer* self) {
+    construct(self, n, alignment, std::move(mr), std::move(stream));
+  });
   if (src != nullptr) { copy_bytes(buffer_of(out).buf->data(), src, n, s); }
   return out;
 }
@@ -384,7 +505,8 @@ nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
   order_for_consumer(self, stream);
   auto const [type, id] = dlpack_device(self);
   size_t shape[1]       = {b.size()};
-  nb::ndarray<> view(b.data(), 1, shape, py_self, nullptr, nb::dtype<std::uint8_t>(), type, id);
+  nb::ndarray<nb::array_api> view(b.data(), 1, shape, py_self, nullptr,
+                                 nb::dtype<std::uint8_t>(), type, id);
   nb::object arr = nb::cast(view, nb::rv_policy::reference);
   return arr.attr("__dlpack__")(**kwargs);
 }
@@ -468,19 +590,8 @@ asynchronous (synchronize the stream before reading the destination).)doc");
        "__init__",
        [](Buffer* self, nb::handle nbytes, nb::handle mr, nb::handle stream, std::size_t alignment) {
          std::size_t const n = parse_size(nbytes, "nbytes");
-         nb::object mr_obj   = resource_or_current(mr, "mr");
-         nb::object s_obj    = stream_object(stream, "stream");
-         cuda::stream_ref s  = nb::inst_ptr<Stream>(s_obj)->ref();
-         device_resource& res = nb::inst_ptr<DeviceMemoryResource>(mr_obj)->get();
-         new (self) Buffer{};
-         self->device = current_device();
-         {
-           nb::gil_scoped_release release;
-           self->buf.emplace(n, alignment, s, res);
-         }
-         self->mr     = std::move(mr_obj);
-         self->stream = std::move(s_obj);
-         self->count_holder();
+         construct(self, n, alignment, resource_or_current(mr, "mr"),
+                   stream_object(stream, "stream"));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
        nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
@@ -649,8 +760,15 @@ The destination.)doc")
       nb::object mr =
         wrap_resource(device_resource{owned->memory_resource()}, device);
       nb::object stream = stream_for_handle(owned->stream().get());
-      nb::object out = make_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
-                                   std::move(*owned), std::move(mr), std::move(stream));
+      nb::object out = new_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
+                                  [&](Buffer* self) {
+                                    new (self) Buffer{};
+                                    self->buf.emplace(std::move(*owned));
+                                    self->device = device;
+                                    self->mr     = std::move(mr);
+                                    self->stream = std::move(stream);
+                                    self->count_holder();
+                                  });
       PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
       return out;
     },
@@ -676,20 +794,12 @@ mr : DeviceMemoryResource, optional
       "__init__",
       [](DeviceBuffer* self, std::uintptr_t ptr, nb::handle size, nb::handle stream, nb::handle mr) {
         std::size_t const n = parse_size(size, "size");
-        nb::object mr_obj   = resource_or_current(mr, "mr");
-        nb::object s_obj    = stream_object(stream, "stream");
-        cuda::stream_ref s  = nb::inst_ptr<Stream>(s_obj)->ref();
-        device_resource& res = nb::inst_ptr<DeviceMemoryResource>(mr_obj)->get();
-        new (self) DeviceBuffer{};
-        self->device = current_device();
-        {
-          nb::gil_scoped_release release;
-          self->buf.emplace(n, default_alignment, s, res);
+        construct(self, n, default_alignment, resource_or_current(mr, "mr"),
+                  stream_object(stream, "stream"));
+        if (ptr != 0) {
+          copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n,
+                     nb::inst_ptr<Stream>(self->stream)->ref());
         }
-        self->mr     = std::move(mr_obj);
-        self->stream = std::move(s_obj);
-        self->count_holder();
-        if (ptr != 0) { copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n, s); }
       },
       nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,
       nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none())

@@ -146,10 +146,12 @@ def test_pickle_round_trip(protocol):
     payload = bytes(range(200))
     buf = nbrmm.DeviceBuffer.to_device(payload)
     data = pickle.dumps(buf, protocol=protocol)
-    back = pickle.loads(data)
+    current = nbrmm.mr.CudaMemoryResource()
+    nbrmm.mr.set_current_device_resource(current)
+    back = pickle.loads(data)  # restored onto the current resource at load time
     assert type(back) is nbrmm.DeviceBuffer
     assert back.tobytes() == payload
-    assert back.mr is nbrmm.mr.get_current_device_resource()
+    assert back.mr is current
 
 
 @pytest.mark.gpu
@@ -173,3 +175,18 @@ def test_unpickling_resource_checks_its_argument():
     with pytest.raises(TypeError, match="mr"):
         with nbrmm.unpickling_resource("pool"):
             pass
+
+
+def test_dlpack_capsules_keep_the_buffer_alive():
+    heap = HostHeap()
+    buf = nbrmm.Buffer(10, mr=heap.resource())
+    ref = weakref.ref(buf)
+    legacy = buf.__dlpack__()
+    versioned = buf.__dlpack__(stream=None, max_version=(1, 0))
+    assert "dltensor" in repr(legacy) and "dltensor_versioned" in repr(versioned)
+    del buf
+    gc.collect()
+    assert ref() is not None and heap.bytes_in_use == 10
+    del legacy, versioned
+    gc.collect()
+    assert ref() is None and heap.bytes_in_use == 0

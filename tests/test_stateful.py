@@ -98,11 +98,12 @@ class BufferMachine(RuleBasedStateMachine):
 
     # -- the model --------------------------------------------------------------------
     def _cpp_bytes(self):
-        return sum(b.size for b, _, o in self.live.values() if o == "cpp")
+        return sum(b.capacity() for b, _, o in self.live.values() if o == "cpp")
 
     @invariant()
     def accounting_is_exact(self):
-        py_bytes = sum(b.size for b, _, o in self.live.values() if o == "py")
+        # Memory in use is each buffer's capacity (resize within capacity keeps it).
+        py_bytes = sum(b.capacity() for b, _, o in self.live.values() if o == "py")
         assert self.heap.bytes_in_use == py_bytes
         if self.cpp_base is not None and not ON_GPU:
             assert cpp_ext.owned_counts()[0] == self.cpp_base + self._cpp_bytes()
