@@ -7,6 +7,7 @@
 
 #include <rmm/mr/per_device_resource.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,42 @@ int device_arg(int device)
   return device;
 }
 
+/// The last wrapper made for each device's C++-set entry, as a weak reference (a raw
+/// PyObject*: released at interpreter exit, never by a static destructor). Reading the same
+/// entry again returns the same wrapper while it is alive.
+std::map<int, PyObject*>& wrapper_cache()
+{
+  static std::map<int, PyObject*> cache;
+  return cache;
+}
+
+nb::object cached_wrapper(int device, device_resource const& entry)
+{
+  auto& cache = wrapper_cache();
+  auto it     = cache.find(device);
+  if (it == cache.end()) { return {}; }
+  PyObject* obj = PyWeakref_GetObject(it->second);  // borrowed
+  if (obj == nullptr || obj == Py_None) { return {}; }
+  auto& r = *nb::inst_ptr<DeviceMemoryResource>(obj);
+  if (!r.res.has_value() || !(r.res == entry)) { return {}; }
+  return nb::borrow(obj);
+}
+
+void remember_wrapper(int device, nb::handle obj)
+{
+  PyObject* ref = PyWeakref_NewRef(obj.ptr(), nullptr);
+  if (ref == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  auto& cache = wrapper_cache();
+  auto [it, inserted] = cache.try_emplace(device, ref);
+  if (!inserted) {
+    Py_DECREF(it->second);
+    it->second = ref;
+  }
+}
+
 /// Reads the map entry of `device` (creating librmm's initial entry if there is none),
 /// returning the Python object it was set from or a wrapper of the C++ resource.
 nb::object resource_of(int device)
@@ -53,7 +90,10 @@ nb::object resource_of(int device)
     }
     copy = it->second;
   }
-  return wrap_resource(copy, device);
+  if (nb::object cached = cached_wrapper(device, copy); cached.is_valid()) { return cached; }
+  nb::object obj = wrap_resource(copy, device);
+  remember_wrapper(device, obj);
+  return obj;
 }
 
 /// Writes `entry` into the map and frees the previous entry without holding the GIL.
@@ -97,6 +137,8 @@ void release_python_objects()
     }
   }
   dropped.clear();
+  for (auto& [device, ref] : wrapper_cache()) { Py_DECREF(ref); }
+  wrapper_cache().clear();
 }
 
 }  // namespace

@@ -185,3 +185,16 @@ def test_restoring_a_cpp_resource_gives_cpp_its_own_object_back():
     with nbrmm.mr.using_device_resource(HostHeap().resource()):
         assert not cpp_ext.current_is_owned()
     assert cpp_ext.current_is_owned()
+
+
+def test_reading_a_cpp_entry_twice_gives_the_same_wrapper():
+    cpp_ext.set_current_owned(False)
+    first = nbrmm.mr.get_current_device_resource()
+    assert nbrmm.mr.get_current_device_resource() is first
+    cpp_ext.set_current_owned(False)  # a new C++ resource: a new wrapper
+    second = nbrmm.mr.get_current_device_resource()
+    assert second is not first and second != first
+    ref = weakref.ref(second)
+    del second
+    gc.collect()
+    assert ref() is None  # the cache does not keep wrappers alive
