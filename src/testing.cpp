@@ -92,11 +92,39 @@ double memcpy_ns(std::uintptr_t dst, std::uintptr_t src, nb::handle nbytes, long
 
 }  // namespace
 
+/// ns per GIL release + re-acquire pair, measured in a C++ loop (called with the GIL held).
+double gil_round_trip_ns(std::size_t iterations)
+{
+  auto const start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < iterations; ++i) {
+    nb::gil_scoped_release release;
+  }
+  std::chrono::duration<double, std::nano> const elapsed = std::chrono::steady_clock::now() - start;
+  return elapsed.count() / static_cast<double>(iterations == 0 ? 1 : iterations);
+}
+
+/// ns per librmm current-device query (cudaGetDevice), measured in a C++ loop.
+double current_device_ns(std::size_t iterations)
+{
+  nb::gil_scoped_release release;
+  auto const start = std::chrono::steady_clock::now();
+  int sink         = 0;
+  for (std::size_t i = 0; i < iterations; ++i) { sink += rmm::get_current_cuda_device().value(); }
+  std::chrono::duration<double, std::nano> const elapsed = std::chrono::steady_clock::now() - start;
+  static volatile int keep = 0;
+  keep = sink;
+  return elapsed.count() / static_cast<double>(iterations == 0 ? 1 : iterations);
+}
+
 void bind_testing(nb::module_& m)
 {
   nb::module_ t = m.def_submodule(
     "_testing", "Measurement helpers: librmm's own cost of work measured in C++ loops.");
 
+  t.def("gil_round_trip_ns", &gil_round_trip_ns, nb::arg("iterations"),
+        "ns per GIL release + re-acquire pair (the cost every allocating call pays twice).");
+  t.def("current_device_ns", &current_device_ns, nb::arg("iterations"),
+        "ns per current-device query (cudaGetDevice through librmm).");
   t.def("allocate_round_trip_ns", &allocate_round_trip_ns, nb::arg("mr"), nb::arg("nbytes"),
         nb::arg("iterations"), nb::arg("stream") = default_stream(),
         nb::arg("alignment") = default_alignment,
