@@ -107,7 +107,7 @@ def test_gpu_bound_manager_serves_numba_arrays():
     assert result["count"] >= 1
     free, total = result["info"]
     assert 0 < free <= total
-    assert result["ipc"] == "IpcHandle"
+    assert result["ipc"] in ("IpcHandle", "IpcArrayHandle")  # numba-cuda versions differ
     assert result["empty"] == 0
     assert result["end"] == 0
 
