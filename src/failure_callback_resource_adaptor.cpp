@@ -28,6 +28,7 @@ bool call_back(py_owned const& fn, std::size_t bytes)
 {
   if (!nb::is_alive()) { return false; }
   nb::gil_scoped_acquire gil;
+  nb::error_scope pending;  // allocation may happen while an exception propagates
   nb::object result = fn.get()(bytes);
   int const truth   = PyObject_IsTrue(result.ptr());
   if (truth < 0) { throw nb::python_error(); }

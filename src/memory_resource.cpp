@@ -25,6 +25,7 @@ void* python_resource::allocate(cuda::stream_ref stream, std::size_t bytes, std:
 {
   if (!nb::is_alive()) { throw rmm::bad_alloc{"the Python interpreter has shut down"}; }
   nb::gil_scoped_acquire gil;
+  nb::error_scope pending;
   nb::object result = state_->allocate.get()(bytes, stream_for_handle(stream.get()));
   if (!PyLong_Check(result.ptr())) {
     throw nb::type_error(("allocate callback must return the pointer as an int, got " +
@@ -47,6 +48,9 @@ void python_resource::deallocate(cuda::stream_ref stream,
 {
   nb::detail::cleanup_guard guard{};
   if (!guard) { return; }  // interpreter gone: nothing can free Python-managed memory
+  // Deallocation often runs while an exception propagates (a temporary buffer dies):
+  // set that exception aside so the callback runs cleanly, then restore it.
+  nb::error_scope pending;
   try {
     state_->deallocate.get()(reinterpret_cast<std::uintptr_t>(ptr), bytes,
                              stream_for_handle(stream.get()));

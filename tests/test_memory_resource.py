@@ -272,3 +272,14 @@ def test_resource_shared_with_cpp_is_not_collected_with_its_cycle():
     buf = nbrmm.Buffer(4)  # the callables still work
     assert heap.bytes_in_use == 4
     del buf
+
+
+def test_deallocation_while_an_exception_propagates():
+    """A temporary buffer freed during exception propagation runs its Python
+    deallocate callback cleanly, and the original exception reaches the caller."""
+    heap = HostHeap()
+    mr = heap.resource()
+    with pytest.raises(ValueError, match="new_size"):
+        nbrmm.Buffer(8, mr=mr).resize(-1)
+    assert heap.bytes_in_use == 0
+    assert [c[0] for c in heap.calls] == ["allocate", "deallocate"]

@@ -1,0 +1,111 @@
+"""A table of bad inputs over the public API: each raises the documented exception with a
+message naming the problem, and leaves nothing allocated (a TrackingResourceAdaptor and the
+host heap underneath both read zero afterwards)."""
+
+import pytest
+
+import nbrmm
+import nbrmm.mr as mr
+import nbrmm.statistics
+from helpers import HostHeap
+
+HUGE = 2**64
+NO_DEVICE = 4096
+
+
+class Foreign:
+    """Not a stream, not a resource, not an array."""
+
+
+def closed_buffer(res):
+    buf = nbrmm.Buffer(8, mr=res)
+    buf.close()
+    return buf
+
+
+# (id, call(res) -> None, exception, message pattern)
+CASES = [
+    ("Buffer-negative", lambda r: nbrmm.Buffer(-1, mr=r), ValueError, "nbytes"),
+    ("Buffer-huge", lambda r: nbrmm.Buffer(HUGE, mr=r), ValueError, "nbytes"),
+    ("Buffer-float", lambda r: nbrmm.Buffer(1.5, mr=r), TypeError, "nbytes"),
+    ("Buffer-None-size", lambda r: nbrmm.Buffer(None, mr=r), TypeError, "nbytes"),
+    ("Buffer-bad-unit", lambda r: nbrmm.Buffer("3 parsecs", mr=r), ValueError, "nbytes"),
+    ("Buffer-mr-str", lambda r: nbrmm.Buffer(8, mr="pool"), TypeError, "mr"),
+    ("Buffer-stream-None", lambda r: nbrmm.Buffer(8, mr=r, stream=None), TypeError, "stream"),
+    ("Buffer-stream-int", lambda r: nbrmm.Buffer(8, mr=r, stream=0), TypeError, "stream"),
+    ("Buffer-stream-foreign", lambda r: nbrmm.Buffer(8, mr=r, stream=Foreign()), TypeError,
+     "stream"),
+    ("DeviceBuffer-size", lambda r: nbrmm.DeviceBuffer(size=-3, mr=r), ValueError, "size"),
+    ("DeviceBuffer-positional", lambda r: nbrmm.DeviceBuffer(8), TypeError, "incompatible"),
+    ("to_device-not-bytes", lambda r: nbrmm.to_device(Foreign(), mr=r), TypeError, "b"),
+    ("to_device-mr", lambda r: nbrmm.to_device(b"x", mr=3), TypeError, "mr"),
+    ("closed-ptr", lambda r: closed_buffer(r).ptr, ValueError, "closed"),
+    ("closed-copy", lambda r: closed_buffer(r).copy(), ValueError, "closed"),
+    ("closed-resize", lambda r: closed_buffer(r).resize(4), ValueError, "closed"),
+    ("closed-tobytes", lambda r: closed_buffer(r).tobytes(), ValueError, "closed"),
+    ("closed-dlpack", lambda r: closed_buffer(r).__dlpack__(), ValueError, "closed"),
+    ("resize-negative", lambda r: nbrmm.Buffer(8, mr=r).resize(-1), ValueError, "new_size"),
+    ("reserve-type", lambda r: nbrmm.Buffer(8, mr=r).reserve("x"), ValueError, "new_capacity"),
+    ("copy-mr", lambda r: nbrmm.Buffer(8, mr=r).copy(mr=1), TypeError, "mr"),
+    ("copy_from_host-type", lambda r: nbrmm.Buffer(8, mr=r).copy_from_host(7), TypeError, "ary"),
+    ("copy_from_host-too-big", lambda r: nbrmm.Buffer(2, mr=r).copy_from_host(b"abc"),
+     ValueError, "ary"),
+    ("copy_to_host-too-small", lambda r: nbrmm.Buffer(8, mr=r).copy_to_host(bytearray(2)),
+     ValueError, "ary"),
+    ("copy_to_host-readonly", lambda r: nbrmm.Buffer(8, mr=r).copy_to_host(b"12345678"),
+     ValueError, "writable"),
+    ("copy_from_device-host", lambda r: nbrmm.Buffer(8, mr=r).copy_from_device(b"x"),
+     TypeError, "cuda_ary"),
+    ("allocate-negative", lambda r: r.allocate(-1), ValueError, "nbytes"),
+    ("allocate-stream", lambda r: r.allocate(8, "s"), TypeError, "stream"),
+    ("deallocate-size", lambda r: r.deallocate(0, -1), ValueError, "nbytes"),
+    ("set_current-type", lambda r: mr.set_current_device_resource(object()), TypeError, "mr"),
+    ("set_per_device-device", lambda r: mr.set_per_device_resource(NO_DEVICE, r), ValueError,
+     "does not exist"),
+    ("get_per_device-device", lambda r: mr.get_per_device_resource(NO_DEVICE), ValueError,
+     "does not exist"),
+    ("reset_per_device-device", lambda r: mr.reset_per_device_resource(NO_DEVICE), ValueError,
+     "does not exist"),
+    ("set_device", lambda r: nbrmm.set_current_device(NO_DEVICE), ValueError, "does not exist"),
+    ("available_memory-device", lambda r: nbrmm.available_device_memory(NO_DEVICE), ValueError,
+     "does not exist"),
+    ("Stream-foreign", lambda r: nbrmm.Stream(Foreign()), TypeError, "obj"),
+    ("StreamPool-size", lambda r: nbrmm.CudaStreamPool(pool_size=0), ValueError, "pool_size"),
+    ("Callback-not-callable", lambda r: mr.CallbackMemoryResource(1, 2), TypeError,
+     "allocate_func"),
+    ("Pool-upstream", lambda r: mr.PoolMemoryResource("cuda"), TypeError, "upstream_mr"),
+    ("Pool-max-below-initial", lambda r: mr.PoolMemoryResource(r, 1 << 20, 1 << 10), ValueError,
+     "maximum_pool_size"),
+    ("Pool-negative", lambda r: mr.PoolMemoryResource(r, -1), ValueError, "initial_pool_size"),
+    ("Limiting-limit", lambda r: mr.LimitingResourceAdaptor(r, -5), ValueError,
+     "allocation_limit"),
+    ("FailureCallback-callable", lambda r: mr.FailureCallbackResourceAdaptor(r, 5), TypeError,
+     "callback"),
+    ("Aligned-not-power-of-two", lambda r: mr.AlignedResourceAdaptor(r, 3), ValueError,
+     "alignment"),
+    ("Statistics-upstream", lambda r: mr.StatisticsResourceAdaptor(None), TypeError,
+     "upstream_mr"),
+    ("Binning-upstream", lambda r: mr.BinningMemoryResource(3), TypeError, "upstream_mr"),
+    ("enable_statistics-mr", lambda r: nbrmm.statistics.enable_statistics(mr="x"), TypeError,
+     "mr"),
+    ("reinitialize-devices", lambda r: nbrmm.reinitialize(devices=[NO_DEVICE]), ValueError,
+     "does not exist"),
+    ("hook-not-callable", lambda r: nbrmm.register_reinitialize_hook(None), TypeError, "func"),
+    ("unpickling_resource-type", lambda r: nbrmm.loads(b"", mr=1), TypeError, "mr"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_input_raises_and_leaks_nothing(call, exc, pattern):
+    heap = HostHeap()
+    tracked = mr.TrackingResourceAdaptor(heap.resource())
+    nbrmm.mr.set_current_device_resource(tracked)
+    with pytest.raises(exc, match=pattern):
+        call(tracked)
+    assert tracked.get_allocated_bytes() == 0
+    assert heap.bytes_in_use == 0
+
+
+def test_the_matrix_covers_the_public_api():
+    assert len(CASES) >= 45
