@@ -170,6 +170,8 @@ def test_logging_bad_arguments(tmp_path):
         nbrmm.mr.LoggingResourceAdaptor(heap.resource(), 42)
     with pytest.raises(TypeError, match="log_file_name"):
         nbrmm.mr.LoggingResourceAdaptor(heap.resource(), b"bytes.csv")
+    with pytest.raises(ValueError, match="log_file_name"):
+        nbrmm.mr.LoggingResourceAdaptor(heap.resource(), "")
     (tmp_path / "a_file").write_text("")
     with pytest.raises(OSError, match="log_file_name"):
         nbrmm.mr.LoggingResourceAdaptor(heap.resource(), tmp_path / "a_file" / "x.csv")

@@ -278,9 +278,19 @@ def test_binning_bin_mrs_is_a_copy():
 
 
 def test_binning_host_accessibility_follows_its_resources():
-    mr = nbrmm.mr.BinningMemoryResource(HostHeap().resource())
-    assert mr.is_host_accessible is False  # callback resources count as device memory
-    assert mr.upstream_mr.is_host_accessible is False
+    mr = nbrmm.mr.BinningMemoryResource(nbrmm.mr.PinnedHostMemoryResource())
+    assert mr.is_host_accessible is True  # (constructing allocates nothing)
+    mr.add_bin(1024, nbrmm.mr.PinnedHostMemoryResource())
+    assert mr.is_host_accessible is True
+    mr.add_bin(4096, nbrmm.mr.CudaMemoryResource())  # one device-only bin is enough
+    assert mr.is_host_accessible is False
+
+
+def test_adaptors_are_host_accessible_when_their_upstream_is():
+    pinned = nbrmm.mr.PinnedHostMemoryResource()
+    assert nbrmm.mr.StatisticsResourceAdaptor(pinned).is_host_accessible is True
+    assert nbrmm.mr.ThreadSafeResourceAdaptor(pinned).is_host_accessible is True
+    assert nbrmm.mr.StatisticsResourceAdaptor(HostHeap().resource()).is_host_accessible is False
 
 
 @pytest.mark.parametrize(
@@ -322,6 +332,8 @@ def test_arena_rejects_bad_arguments():
     heap = HostHeap()
     with pytest.raises(ValueError, match="arena_size"):
         nbrmm.mr.ArenaMemoryResource(heap.resource(), arena_size=MiB - 1)
+    with pytest.raises(ValueError, match="arena_size"):
+        nbrmm.mr.ArenaMemoryResource(heap.resource(), arena_size="2TiB")
     with pytest.raises(TypeError, match="dump_log_on_failure"):
         nbrmm.mr.ArenaMemoryResource(heap.resource(), 4 * MiB, dump_log_on_failure=1)
     with pytest.raises(TypeError, match="upstream_mr"):
