@@ -13,8 +13,9 @@ using arena_resource = rmm::mr::arena_memory_resource;
 
 struct ArenaMemoryResource : UpstreamResourceAdaptor {};
 
-/// The smallest arena librmm accepts (one superblock).
+/// The smallest and largest arena librmm accepts (the global arena starts as one superblock).
 constexpr std::size_t minimum_arena_size = std::size_t{1} << 20;
+constexpr std::size_t maximum_arena_size = std::size_t{1} << 40;
 
 }  // namespace
 
@@ -34,7 +35,7 @@ Parameters
 upstream_mr : DeviceMemoryResource
     The resource the arena takes its memory from; created on the current device.
 arena_size : int or str, optional
-    Size of the global arena (at least 1 MiB; rounded down to a multiple of 256). By
+    Size of the global arena (1 MiB to 1 TiB; rounded down to a multiple of 256). By
     default half of the device's free memory.
 dump_log_on_failure : bool, optional
     Write the arenas' state to the rmm log when an allocation fails.
@@ -48,10 +49,9 @@ arena does not expose it (``upstream_mr`` is then None).)doc")
       [](ArenaMemoryResource* self, nb::handle upstream_mr, nb::handle arena_size,
          nb::handle dump_log_on_failure) {
         auto const size = parse_optional_size(arena_size, "arena_size");
-        if (size && *size < minimum_arena_size) {
-          throw nb::value_error(("arena_size: must be at least 1 MiB (" +
-                                 std::to_string(minimum_arena_size) + " bytes), got " +
-                                 std::to_string(*size))
+        if (size && (*size < minimum_arena_size || *size > maximum_arena_size)) {
+          throw nb::value_error(("arena_size: must be between 1 MiB and 1 TiB, got " +
+                                 std::to_string(*size) + " bytes")
                                   .c_str());
         }
         bool const dump = bool_arg(dump_log_on_failure, "dump_log_on_failure");

@@ -159,7 +159,10 @@ bin_resource : DeviceMemoryResource, optional
     copy of it) keeps the bin resource alive. A second bin of the same size with a
     resource replaces nothing: the first one stays.)doc")
     .def_prop_ro(
-      "bin_mrs", [](BinningMemoryResource const& self) { return nb::list(bins_of(self)); },
+      "bin_mrs",
+      [](BinningMemoryResource const& self) {
+        return nb::steal<nb::list>(PySequence_List(bins_of(self).ptr()));
+      },
       nb::for_getter(nb::sig("def bin_mrs(self, /) -> list[DeviceMemoryResource]")),
       "The resources given to :meth:`add_bin`, in order (a new list).");
 

@@ -41,6 +41,7 @@ std::string log_path(nb::handle log_file_name, int device)
     if (!nb::isinstance<nb::str>(name)) {
       throw nb::type_error("log_file_name: expected a str path, got a bytes path");
     }
+    if (nb::len(name) == 0) { throw nb::value_error("log_file_name: must not be empty"); }
   }
   nb::module_ path = nb::module_::import_("os.path");
   nb::tuple parts  = nb::borrow<nb::tuple>(path.attr("splitext")(name));

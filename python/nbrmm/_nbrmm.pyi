@@ -498,7 +498,7 @@ class ArenaMemoryResource(UpstreamResourceAdaptor):
     upstream_mr : DeviceMemoryResource
         The resource the arena takes its memory from; created on the current device.
     arena_size : int or str, optional
-        Size of the global arena (at least 1 MiB; rounded down to a multiple of 256). By
+        Size of the global arena (1 MiB to 1 TiB; rounded down to a multiple of 256). By
         default half of the device's free memory.
     dump_log_on_failure : bool, optional
         Write the arenas' state to the rmm log when an allocation fails.
