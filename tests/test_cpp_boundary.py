@@ -56,8 +56,6 @@ def test_cpp_set_is_seen_by_python():
 
 
 def test_python_gets_the_concrete_class_for_cpp_resources():
-    if not hasattr(nbrmm.mr, "StatisticsResourceAdaptor"):
-        pytest.skip("needs nbrmm.mr.StatisticsResourceAdaptor")
     cpp_ext.set_current_owned(False)
     current = nbrmm.mr.get_current_device_resource()
     assert isinstance(current, nbrmm.mr.StatisticsResourceAdaptor)
