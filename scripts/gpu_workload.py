@@ -48,8 +48,13 @@ def main():
         mr.ThreadSafeResourceAdaptor(cuda),
         mr.PrefetchResourceAdaptor(mr.ManagedMemoryResource()),
     ]
+    failures = []
     for resource in resources:
-        exercise(resource)
+        try:
+            exercise(resource)
+        except Exception as e:  # noqa: BLE001 - reported, and the run fails
+            failures.append(f"{type(resource).__name__}: {type(e).__name__}: {e}")
+        e = None
     with mr.using_device_resource(resources[2]):
         held = cpp_ext.allocate_from_current(4096)
         del held
@@ -59,8 +64,11 @@ def main():
     cpp_ext.reset_current()
     del resources, cuda
     gc.collect()
-    print("gpu workload: ok")
+    for f in failures:
+        print("FAILED", f)
+    print("gpu workload:", "ok" if not failures else f"{len(failures)} failures")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
