@@ -190,3 +190,17 @@ def test_dlpack_capsules_keep_the_buffer_alive():
     del legacy, versioned
     gc.collect()
     assert ref() is None and heap.bytes_in_use == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["PinnedHostMemoryResource", "ManagedMemoryResource"])
+def test_buffer_protocol_for_host_accessible_memory(name):
+    res = getattr(nbrmm.mr, name)()
+    assert res.is_host_accessible
+    buf = nbrmm.Buffer(64, mr=res)
+    view = memoryview(buf)
+    assert view.nbytes == 64 and not view.readonly
+    view[:4] = b"abcd"  # the host writes through the protocol, the device copy sees it
+    del view
+    assert buf.tobytes()[:4] == b"abcd"
+    assert buf.__dlpack_device__()[0] in (3, 13)  # CUDA host / CUDA managed

@@ -64,6 +64,15 @@ SCENARIOS = {
         t.start(); t.join()
         keep = nbrmm.Buffer(16, mr=mr)
     """,
+    "gpu_cupy_arrays_from_the_hook": """
+        if ON_GPU:
+            import cupy
+            from nbrmm.allocators.cupy import cupy_allocator
+            pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(), 1 << 22)
+            cupy.cuda.set_allocator(cupy_allocator(mr=pool))
+            keep = [cupy.arange(n, dtype=cupy.float32) for n in (10, 1000, 100000)]
+            total = float(keep[-1].sum())
+    """,
     "gpu_buffers_and_streams": """
         if ON_GPU:
             s = nbrmm.Stream()

@@ -283,3 +283,22 @@ def test_deallocation_while_an_exception_propagates():
         nbrmm.Buffer(8, mr=mr).resize(-1)
     assert heap.bytes_in_use == 0
     assert [c[0] for c in heap.calls] == ["allocate", "deallocate"]
+
+
+def test_keyboard_interrupt_in_a_callback_reaches_the_caller():
+    heap = HostHeap()
+    calls = []
+
+    def alloc(n, s):
+        calls.append(n)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return heap.allocate(n, s)
+
+    mr = nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate)
+    with pytest.raises(KeyboardInterrupt):
+        nbrmm.Buffer(16, mr=mr)
+    buf = nbrmm.Buffer(16, mr=mr)  # the resource is still usable afterwards
+    assert heap.bytes_in_use == 16
+    del buf
+    assert heap.bytes_in_use == 0
