@@ -18,6 +18,8 @@ void check(cudaError_t status, char const* what)
   }
 }
 
+}  // namespace
+
 int device_count() noexcept
 {
   int count = 0;
@@ -37,8 +39,6 @@ void check_device(int device)
                             .c_str());
   }
 }
-
-}  // namespace
 
 void bind_cuda_device(nb::module_& m)
 {

@@ -21,14 +21,7 @@ namespace {
 
 bool multi_device() noexcept
 {
-  static int const count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
+  static int const count = device_count();
   return count > 1;
 }
 
@@ -344,6 +337,16 @@ nb::object allocate_buffer(nb::handle cls,
   return out;
 }
 
+/// A new buffer of the same class and contents, from `mr` and on `stream` (None: the
+/// buffer's own resource and stream, as rmm's copy() does).
+nb::object copy_of(nb::handle py_self, nb::handle mr, nb::handle stream)
+{
+  Buffer& self = buffer_of(py_self);
+  auto& b      = self.get();
+  return allocate_buffer(py_self.type(), b.size(), b.data(), mr.is_none() ? self.mr : mr,
+                         stream.is_none() ? self.stream : stream, b.alignment());
+}
+
 std::uintptr_t ptr_of(Buffer& self)
 {
   return reinterpret_cast<std::uintptr_t>(self.get().data());
@@ -644,10 +647,7 @@ asynchronous (synchronize the stream before reading the destination).)doc");
     .def(
       "copy",
       [](nb::handle py_self, nb::handle mr, nb::handle stream) {
-        Buffer& self = buffer_of(py_self);
-        auto& b      = self.get();
-        return allocate_buffer(py_self.type(), b.size(), b.data(), mr.is_none() ? self.mr : mr,
-                               stream.is_none() ? self.stream : stream, b.alignment());
+        return copy_of(py_self, mr, stream);
       },
       nb::arg("mr") = nb::none(), nb::arg("stream") = nb::none(),
       R"doc(A new buffer with the same contents.
@@ -658,22 +658,10 @@ mr : DeviceMemoryResource, optional
     Where to allocate the copy; the buffer's own resource by default (as rmm does).
 stream : Stream, optional
     The stream of the copy; the buffer's own stream by default.)doc")
-    .def(
-      "__copy__",
-      [](nb::handle py_self) {
-        Buffer& self = buffer_of(py_self);
-        auto& b      = self.get();
-        return allocate_buffer(py_self.type(), b.size(), b.data(), self.mr, self.stream,
-                               b.alignment());
-      })
+    .def("__copy__", [](nb::handle py_self) { return copy_of(py_self, nb::none(), nb::none()); })
     .def(
       "__deepcopy__",
-      [](nb::handle py_self, nb::handle) {
-        Buffer& self = buffer_of(py_self);
-        auto& b      = self.get();
-        return allocate_buffer(py_self.type(), b.size(), b.data(), self.mr, self.stream,
-                               b.alignment());
-      },
+      [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
       nb::arg("memo"))
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
          nb::arg("stream") = default_stream(),

@@ -259,6 +259,12 @@ std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param
 /// The current CUDA device as librmm reports it (-1 without a usable GPU).
 inline int current_device() { return rmm::get_current_cuda_device().value(); }
 
+/// Number of CUDA devices (0 without a usable GPU or driver; never raises).
+int device_count() noexcept;
+
+/// Raises ValueError unless `device` is an existing device id.
+void check_device(int device);
+
 // ------------------------------------------------------------------------------------
 // Binding entry points, in the order nb_rmm.cpp calls them
 // ------------------------------------------------------------------------------------

@@ -14,26 +14,10 @@
 namespace nbrmm {
 namespace {
 
-int device_count() noexcept
-{
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
 /// Accepts the current device (-1 without a GPU) and every existing device.
 int device_arg(int device)
 {
-  if (device == current_device()) { return device; }
-  int const count = device_count();
-  if (device < 0 || device >= count) {
-    throw nb::value_error(("device " + std::to_string(device) + " does not exist (this machine has " +
-                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")")
-                            .c_str());
-  }
+  if (device != current_device()) { check_device(device); }
   return device;
 }
 
