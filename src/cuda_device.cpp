@@ -9,14 +9,6 @@
 namespace nbrmm {
 namespace {
 
-void check(cudaError_t status, char const* what)
-{
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error state
-    throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                          cudaGetErrorString(status)};
-  }
-}
 
 }  // namespace
 
@@ -64,7 +56,7 @@ int
     [](int device) {
       check_device(device);
       nb::gil_scoped_release release;
-      check(cudaSetDevice(device), "cudaSetDevice");
+      check_cuda(cudaSetDevice(device), "cudaSetDevice");
     },
     nb::arg("device"),
     R"doc(Make ``device`` the current CUDA device of the calling thread.
@@ -109,7 +101,7 @@ nbrmm.CudaError
     [](int device) {
       check_device(device);
       cudaDeviceProp prop{};
-      check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+      check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
       nb::dict info;
       info["name"]               = std::string{prop.name};
       info["total_memory"]       = prop.totalGlobalMem;

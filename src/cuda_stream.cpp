@@ -191,12 +191,7 @@ nbrmm.CudaError
       "synchronize",
       [](Stream const& s) {
         nb::gil_scoped_release release;
-        auto const status = cudaStreamSynchronize(s.handle);
-        if (status != cudaSuccess) {
-          cudaGetLastError();
-          throw rmm::cuda_error{std::string{"cudaStreamSynchronize failed: "} +
-                                cudaGetErrorName(status) + ": " + cudaGetErrorString(status)};
-        }
+        check_cuda(cudaStreamSynchronize(s.handle), "cudaStreamSynchronize");
       },
       "Block until all work queued on the stream has completed (releases the GIL).")
     .def(

@@ -25,13 +25,6 @@ bool multi_device() noexcept
   return count > 1;
 }
 
-[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
-{
-  cudaGetLastError();
-  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                        cudaGetErrorString(status)};
-}
-
 /// The memory of a Buffer: allocated directly from the buffer's resource (the fast path:
 /// no rmm::device_buffer bookkeeping), or an rmm::device_buffer handed over by C++.
 /// Callers release the GIL around every member that allocates, copies or frees.
@@ -105,7 +98,7 @@ class memory {
       auto const status = cudaMemcpyAsync(fresh, ptr_, keep, cudaMemcpyDefault, s.get());
       if (status != cudaSuccess) {
         res_.deallocate(s, fresh, n, alignment_);
-        cuda_fail(status, "cudaMemcpyAsync");
+        throw_cuda_error(status, "cudaMemcpyAsync");
       }
     }
     if (ptr_ != nullptr) { res_.deallocate(s, ptr_, capacity_, alignment_); }
@@ -200,10 +193,10 @@ void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
   if (n == 0) { return; }
   nb::gil_scoped_release release;
   auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
-  if (status != cudaSuccess) { cuda_fail(status, "cudaMemcpyAsync"); }
+  if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
   if (is_default(s)) {
     status = cudaStreamSynchronize(s.get());
-    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
 }
 
@@ -282,7 +275,7 @@ std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* par
     auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
     nb::gil_scoped_release release;
     auto const status = cudaStreamSynchronize(producer);
-    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
   return {reinterpret_cast<void const*>(ptr), count * itemsize};
 }
@@ -415,7 +408,7 @@ nb::bytes to_bytes(Buffer& self, nb::handle stream)
   if (!is_default(s)) {
     nb::gil_scoped_release release;
     auto const status = cudaStreamSynchronize(s.get());
-    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
   return nb::steal<nb::bytes>(out.release());
 }
@@ -470,11 +463,11 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
   nb::gil_scoped_release release;
   cudaEvent_t event{};
   auto status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (status != cudaSuccess) { cuda_fail(status, "cudaEventCreateWithFlags"); }
+  if (status != cudaSuccess) { throw_cuda_error(status, "cudaEventCreateWithFlags"); }
   status = cudaEventRecord(event, producer);
   if (status == cudaSuccess) { status = cudaStreamWaitEvent(target, event, 0); }
   cudaEventDestroy(event);
-  if (status != cudaSuccess) { cuda_fail(status, "cudaStreamWaitEvent"); }
+  if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamWaitEvent"); }
 }
 
 /// DLPack device of the buffer's memory, asked of the driver: CUDA, CUDA host (pinned) or

@@ -7,7 +7,16 @@
 //   ValueError / IndexError         rmm::invalid_argument / rmm::out_of_range
 #include "nb_rmm.hpp"
 
+#include <string>
+
 namespace nbrmm {
+
+void throw_cuda_error(cudaError_t status, char const* what)
+{
+  cudaGetLastError();  // clear the runtime's last-error state
+  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status)};
+}
 
 void bind_errors(nb::module_& m)
 {

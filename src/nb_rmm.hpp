@@ -259,6 +259,16 @@ std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param
 /// The current CUDA device as librmm reports it (-1 without a usable GPU).
 inline int current_device() { return rmm::get_current_cuda_device().value(); }
 
+/// Throws nbrmm.CudaError (rmm::cuda_error) for a failed CUDA call `what`, clearing the
+/// runtime's last-error state.
+[[noreturn]] void throw_cuda_error(cudaError_t status, char const* what);
+
+/// Throws nbrmm.CudaError unless `status` is cudaSuccess.
+inline void check_cuda(cudaError_t status, char const* what)
+{
+  if (status != cudaSuccess) { throw_cuda_error(status, what); }
+}
+
 /// Number of CUDA devices (0 without a usable GPU or driver; never raises).
 int device_count() noexcept;
 

@@ -29,13 +29,6 @@ long iterations_arg(long iterations)
   return iterations;
 }
 
-[[noreturn]] void cuda_fail(cudaError_t status, char const* what)
-{
-  cudaGetLastError();
-  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                        cudaGetErrorString(status)};
-}
-
 double allocate_round_trip_ns(nb::handle mr,
                               nb::handle nbytes,
                               long iterations,
@@ -83,9 +76,9 @@ double memcpy_ns(std::uintptr_t dst, std::uintptr_t src, nb::handle nbytes, long
   for (long i = 0; i < count; ++i) {
     auto status = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<void const*>(src),
                                   n, cudaMemcpyDefault, s.get());
-    if (status != cudaSuccess) { cuda_fail(status, "cudaMemcpyAsync"); }
+    if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
     status = cudaStreamSynchronize(s.get());
-    if (status != cudaSuccess) { cuda_fail(status, "cudaStreamSynchronize"); }
+    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
   return ns_per_iteration(start, clock_type::now(), count);
 }
@@ -93,27 +86,28 @@ double memcpy_ns(std::uintptr_t dst, std::uintptr_t src, nb::handle nbytes, long
 }  // namespace
 
 /// ns per GIL release + re-acquire pair, measured in a C++ loop (called with the GIL held).
-double gil_round_trip_ns(std::size_t iterations)
+double gil_round_trip_ns(long iterations)
 {
-  auto const start = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < iterations; ++i) {
+  long const count = iterations_arg(iterations);
+  auto const start = clock_type::now();
+  for (long i = 0; i < count; ++i) {
     nb::gil_scoped_release release;
   }
-  std::chrono::duration<double, std::nano> const elapsed = std::chrono::steady_clock::now() - start;
-  return elapsed.count() / static_cast<double>(iterations == 0 ? 1 : iterations);
+  return ns_per_iteration(start, clock_type::now(), count);
 }
 
 /// ns per librmm current-device query (cudaGetDevice), measured in a C++ loop.
-double current_device_ns(std::size_t iterations)
+double current_device_ns(long iterations)
 {
+  long const count = iterations_arg(iterations);
   nb::gil_scoped_release release;
-  auto const start = std::chrono::steady_clock::now();
+  auto const start = clock_type::now();
   int sink         = 0;
-  for (std::size_t i = 0; i < iterations; ++i) { sink += rmm::get_current_cuda_device().value(); }
-  std::chrono::duration<double, std::nano> const elapsed = std::chrono::steady_clock::now() - start;
+  for (long i = 0; i < count; ++i) { sink += rmm::get_current_cuda_device().value(); }
+  auto const stop          = clock_type::now();
   static volatile int keep = 0;
-  keep = sink;
-  return elapsed.count() / static_cast<double>(iterations == 0 ? 1 : iterations);
+  keep                     = sink;
+  return ns_per_iteration(start, stop, count);
 }
 
 void bind_testing(nb::module_& m)
