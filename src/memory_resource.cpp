@@ -72,9 +72,12 @@ void python_resource::deallocate_sync(void* ptr, std::size_t bytes, std::size_t 
   deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
 }
 
-python_resource::state const* python_state(device_resource const& res) noexcept
+namespace {
+
+/// The callables of a python_resource held directly or inside a python_owned_resource.
+template <class Res>
+python_resource::state const* python_state_in(Res const& res) noexcept
 {
-  if (!res.has_value()) { return nullptr; }
   if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) { return py->state_ptr(); }
   if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
     return python_state(owned->inner());
@@ -82,13 +85,16 @@ python_resource::state const* python_state(device_resource const& res) noexcept
   return nullptr;
 }
 
+}  // namespace
+
+python_resource::state const* python_state(device_resource const& res) noexcept
+{
+  return res.has_value() ? python_state_in(res) : nullptr;
+}
+
 python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept
 {
-  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) { return py->state_ptr(); }
-  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
-    return python_state(owned->inner());
-  }
-  return nullptr;
+  return python_state_in(res);
 }
 
 // ------------------------------------------------------------------------------------
