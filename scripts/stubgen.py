@@ -2,7 +2,8 @@
 
 The stub must not depend on the Python version that generates it: slots that only some
 versions expose as methods (``__buffer__``/``__release_buffer__``, Python >= 3.12) are
-left out.
+left out, and so is ``__del__``, the wrapper CPython shows for a type's garbage-collector
+finalizer (not a method to call).
 """
 
 import argparse
@@ -12,11 +13,11 @@ import subprocess
 import sys
 import tempfile
 
-VERSION_DEPENDENT = ("__buffer__", "__release_buffer__")
+LEFT_OUT = ("__buffer__", "__release_buffer__", "__del__")
 
 
 def normalize(text: str) -> str:
-    """Drop the version-dependent methods (with their docstrings) from a stub."""
+    """Drop the left-out methods (with their docstrings) from a stub."""
     lines = text.splitlines(keepends=True)
     out, skip_indent = [], None
     for line in lines:
@@ -27,7 +28,7 @@ def normalize(text: str) -> str:
             else:
                 continue
         m = re.match(r"\s*def (\w+)\(", line)
-        if m and m.group(1) in VERSION_DEPENDENT:
+        if m and m.group(1) in LEFT_OUT:
             skip_indent = indent
             while out and out[-1].strip() == "":
                 out.pop()

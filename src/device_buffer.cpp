@@ -16,6 +16,10 @@
 #include <optional>
 #include <string>
 
+#if !defined(Py_tp_vectorcall)
+#define Py_tp_vectorcall 82  // CPython 3.14's slot id; nanobind accepts it on every version
+#endif
+
 namespace nbrmm {
 namespace {
 
@@ -48,6 +52,8 @@ class memory {
   memory& operator=(memory const&) = delete;
   ~memory() { free(); }
 
+  /// Whether destroying this object frees nothing (and so cannot enter CUDA).
+  [[nodiscard]] bool holds_nothing() const noexcept { return !adopted_ && ptr_ == nullptr; }
   [[nodiscard]] void* data() const noexcept { return adopted_ ? adopted_->data() : ptr_; }
   [[nodiscard]] std::size_t size() const noexcept { return adopted_ ? adopted_->size() : size_; }
   [[nodiscard]] std::size_t capacity() const noexcept
@@ -129,17 +135,19 @@ class memory {
   std::unique_ptr<rmm::device_buffer> adopted_;
 };
 
-struct Buffer {
+struct Buffer : resource_holder {
   std::optional<memory> buf;              ///< empty once closed
   nb::object mr;                          ///< the resource object that frees the memory
   nb::object stream;                      ///< the stream the buffer is ordered on
   int device{-1};                         ///< the device the memory lives on
-  DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when counted as a holder of its callables
+  DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when listed as a holder of its callables
 
   Buffer() = default;
   Buffer(Buffer&&)            = delete;
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
+
+  void release_memory() noexcept override { release(); }
 
   memory& get()
   {
@@ -148,13 +156,14 @@ struct Buffer {
   }
 
   /// Records this buffer as a holder of `mr`'s Python callables when its C++ resource
-  /// copy shares them (see DeviceMemoryResource::buffer_holders).
-  void count_holder() noexcept
+  /// copy shares them (see DeviceMemoryResource::holders). `copied` says that the
+  /// memory was allocated from a copy of `mr`'s own resource (so it shares them if any).
+  void count_holder(bool copied) noexcept
   {
     auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
     auto const* state = python_state(r->res);
-    if (state != nullptr && buf->callables() == state) {
-      ++r->buffer_holders.n;
+    if (state != nullptr && (copied || buf->callables() == state)) {
+      r->holders.add(this);
       counted_in = r;
     }
   }
@@ -163,14 +172,17 @@ struct Buffer {
   void release() noexcept
   {
     if (!buf.has_value()) { return; }
-    if (PyGILState_Check() != 0) {
+    // An empty allocation frees nothing; its resource copy is not the last (`mr` owns one).
+    bool const frees_nothing = buf->holds_nothing() && mr.is_valid() &&
+                               nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value();
+    if (!frees_nothing && PyGILState_Check() != 0) {
       nb::gil_scoped_release release;
       buf.reset();
     } else {
       buf.reset();
     }
     if (counted_in != nullptr) {
-      --counted_in->buffer_holders.n;
+      counted_in->holders.remove(this);
       counted_in = nullptr;
     }
   }
@@ -289,8 +301,12 @@ void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr
   cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
   new (self) Buffer{};
   try {
-    nb::gil_scoped_release release;
-    self->buf.emplace(n, alignment, s, res, r->device);
+    if (n == 0) {
+      self->buf.emplace(n, alignment, s, res, r->device);  // allocates nothing
+    } else {
+      nb::gil_scoped_release release;
+      self->buf.emplace(n, alignment, s, res, r->device);
+    }
   } catch (...) {
     self->~Buffer();
     throw;
@@ -298,7 +314,7 @@ void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr
   self->device = r->device >= 0 ? r->device : current_device();
   self->mr     = std::move(mr);
   self->stream = std::move(stream);
-  self->count_holder();
+  self->count_holder(true);
 }
 
 /// A new, ready instance of `cls` whose storage `init` constructs.
@@ -507,6 +523,77 @@ nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
   return arr.attr("__dlpack__")(**kwargs);
 }
 
+/// The keyword names of Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256).
+struct buffer_keywords {
+  PyObject* nbytes    = PyUnicode_InternFromString("nbytes");
+  PyObject* mr        = PyUnicode_InternFromString("mr");
+  PyObject* stream    = PyUnicode_InternFromString("stream");
+  PyObject* alignment = PyUnicode_InternFromString("alignment");
+};
+
+/// Which argument slot the keyword `name` fills (nullptr: not a parameter of Buffer).
+PyObject** keyword_slot(PyObject* name, PyObject** slots)
+{
+  static buffer_keywords const kw;  // interned for good: never released
+  PyObject* const names[] = {kw.nbytes, kw.mr, kw.stream, kw.alignment};
+  for (int i = 0; i < 4; ++i) {
+    if (name == names[i]) { return &slots[i]; }
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (PyUnicode_Compare(name, names[i]) == 0) { return &slots[i]; }
+  }
+  PyErr_Clear();  // a non-str keyword compares as an error
+  return nullptr;
+}
+
+/// `Buffer(...)`: the type's vectorcall. Parses the arguments of `__init__` without
+/// building a kwargs dict and constructs the instance in place; the same work as
+/// `__init__`, which Python subclasses (and explicit `__init__` calls) still use.
+PyObject* buffer_vectorcall(PyObject* type,
+                            PyObject* const* args,
+                            std::size_t nargsf,
+                            PyObject* kwnames) noexcept
+{
+  Py_ssize_t const nargs = PyVectorcall_NARGS(nargsf);
+  // nbytes, mr, stream, alignment
+  PyObject* slots[4] = {nargs >= 1 ? args[0] : nullptr, nullptr, nullptr, nullptr};
+  if (nargs > 1) {
+    PyErr_Format(PyExc_TypeError,
+                 "Buffer() takes at most 1 positional argument (nbytes), %zd were given", nargs);
+    return nullptr;
+  }
+  Py_ssize_t const nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* name   = PyTuple_GET_ITEM(kwnames, i);
+    PyObject** slot  = keyword_slot(name, slots);
+    if (slot == nullptr) {
+      PyErr_Format(PyExc_TypeError, "Buffer() got an unexpected keyword argument '%S'", name);
+      return nullptr;
+    }
+    if (*slot != nullptr) {
+      PyErr_Format(PyExc_TypeError, "Buffer() got multiple values for argument '%S'", name);
+      return nullptr;
+    }
+    *slot = args[nargs + i];
+  }
+  try {
+    std::size_t const n = slots[0] != nullptr ? parse_size(slots[0], "nbytes") : 0;
+    std::size_t const alignment =
+      slots[3] != nullptr ? nb::cast<std::size_t>(nb::handle{slots[3]}) : default_alignment;
+    nb::object mr = resource_or_current(slots[1] != nullptr ? nb::handle{slots[1]} : nb::none(), "mr");
+    nb::object stream = slots[2] != nullptr ? stream_object(slots[2], "stream")
+                                            : nb::borrow(default_stream());
+    return new_buffer(type, [&](Buffer* self) {
+             construct(self, n, alignment, std::move(mr), std::move(stream));
+           })
+      .release()
+      .ptr();
+  } catch (...) {
+    raise_current_exception();
+    return nullptr;
+  }
+}
+
 int buffer_traverse(PyObject* self, visitproc visit, void* arg)
 {
   Py_VISIT(Py_TYPE(self));
@@ -515,13 +602,6 @@ int buffer_traverse(PyObject* self, visitproc visit, void* arg)
   Py_VISIT(b->mr.ptr());
   Py_VISIT(b->stream.ptr());
   return 0;
-}
-
-/// Run by the garbage collector before it clears any object of a cycle: frees the memory
-/// while the resource (and any Python callables behind it) is still intact.
-void buffer_finalize(PyObject* self)
-{
-  if (nb::inst_ready(self)) { nb::inst_ptr<Buffer>(self)->release(); }
 }
 
 int buffer_clear(PyObject* self)
@@ -552,15 +632,22 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 
 PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
                               {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
-                              {Py_tp_finalize, reinterpret_cast<void*>(buffer_finalize)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
                               {0, nullptr}};
+
+/// Buffer's own slots: the shared ones plus the vectorcall constructor.
+PyType_Slot buffer_own_slots[] = {
+  {Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+  {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
+  {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
+  {Py_tp_vectorcall, reinterpret_cast<void*>(buffer_vectorcall)},
+  {0, nullptr}};
 
 }  // namespace
 
 void bind_device_buffer(nb::module_& m)
 {
-  auto cls = nb::class_<Buffer>(m, "Buffer", nb::type_slots(buffer_slots), nb::is_weak_referenceable(), R"doc(
+  auto cls = nb::class_<Buffer>(m, "Buffer", nb::type_slots(buffer_own_slots), nb::is_weak_referenceable(), nb::pooled(), R"doc(
 A block of device memory owned by Python, allocated from an nbrmm resource.
 
 Parameters
@@ -748,7 +835,7 @@ The destination.)doc")
                                     self->device = device;
                                     self->mr     = std::move(mr);
                                     self->stream = std::move(stream);
-                                    self->count_holder();
+                                    self->count_holder(false);
                                   });
       PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
       return out;

@@ -7,7 +7,9 @@
 //   ValueError / IndexError         rmm::invalid_argument / rmm::out_of_range
 #include "nb_rmm.hpp"
 
+#include <exception>
 #include <string>
+#include <utility>
 
 namespace nbrmm {
 
@@ -18,8 +20,30 @@ void throw_cuda_error(cudaError_t status, char const* what)
                         cudaGetErrorString(status)};
 }
 
+namespace {
+
+thread_local std::exception_ptr pending_exception;
+PyObject* raise_pending = nullptr;  // nbrmm._nbrmm._raise_pending (owned by the module)
+
+}  // namespace
+
+void raise_current_exception() noexcept
+{
+  pending_exception = std::current_exception();
+  // Rethrown inside a bound function, the exception goes through nanobind's translators
+  // (nbrmm's own included) and leaves the Python error set.
+  PyObject* result = PyObject_CallNoArgs(raise_pending);
+  Py_XDECREF(result);
+  pending_exception = nullptr;
+}
+
 void bind_errors(nb::module_& m)
 {
+  m.def("_raise_pending", []() {
+    if (std::exception_ptr p = std::exchange(pending_exception, nullptr)) { std::rethrow_exception(p); }
+  });
+  raise_pending = m.attr("_raise_pending").ptr();
+
   // nanobind tries the most recently registered translator first: bases go first.
   static nb::exception<rmm::cuda_error> cuda_error(m, "CudaError", PyExc_RuntimeError);
   static nb::exception<rmm::logic_error> logic_error(m, "LogicError", PyExc_RuntimeError);

@@ -261,7 +261,7 @@ python_resource const* exclusive_python_resource(DeviceMemoryResource& r)
   if (!r.res.has_value()) { return nullptr; }
   auto const* py = cuda::mr::resource_cast<python_resource>(&r.res);
   if (py == nullptr) { return nullptr; }
-  return py->use_count() == 1 + r.buffer_holders.n.load() ? py : nullptr;
+  return py->use_count() == 1 + r.holders.size() ? py : nullptr;
 }
 
 int resource_traverse(PyObject* self, visitproc visit, void* arg)
@@ -290,8 +290,17 @@ int resource_clear(PyObject* self)
 
 }  // namespace
 
+/// Run by the garbage collector before it clears any object of a cycle: the buffers that
+/// hold this resource's Python callables (and so are in the cycle too) free their memory
+/// while the callables are intact.
+void resource_finalize(PyObject* self)
+{
+  if (nb::inst_ready(self)) { nb::inst_ptr<DeviceMemoryResource>(self)->holders.release_all(); }
+}
+
 PyType_Slot resource_type_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(resource_traverse)},
                                      {Py_tp_clear, reinterpret_cast<void*>(resource_clear)},
+                                     {Py_tp_finalize, reinterpret_cast<void*>(resource_finalize)},
                                      {0, nullptr}};
 
 // ------------------------------------------------------------------------------------

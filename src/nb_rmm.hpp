@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 namespace nb = nanobind;
 
@@ -87,16 +89,88 @@ nb::handle default_stream();
 // Resources
 // ------------------------------------------------------------------------------------
 
-/// A counter whose owner can be moved (a move copies the value).
-struct holder_count {
-  std::atomic<long> n{0};
-  holder_count() = default;
-  holder_count(holder_count&& o) noexcept : n{o.n.load()} {}
-  holder_count& operator=(holder_count&& o) noexcept
+/// Something (an nbrmm Buffer) whose C++ memory holds a copy of a resource's Python
+/// callables; the resource lists its holders (see DeviceMemoryResource::holders).
+class resource_holder {
+ public:
+  /// Frees the holder's memory now (its resource is about to be torn down).
+  virtual void release_memory() noexcept = 0;
+
+ protected:
+  ~resource_holder() = default;
+
+ private:
+  friend class holder_list;
+  resource_holder* prev_{nullptr};
+  resource_holder* next_{nullptr};
+};
+
+/// The holders of one resource object. One process-wide lock guards every list (they
+/// change only when a buffer over Python callables is created or freed). A move leaves
+/// the source empty: resources are moved only before anything holds them.
+class holder_list {
+ public:
+  holder_list() = default;
+  holder_list(holder_list&& o) noexcept { *this = std::move(o); }
+  holder_list& operator=(holder_list&& o) noexcept
   {
-    n = o.n.load();
+    std::lock_guard lock{mutex()};
+    head_ = std::exchange(o.head_, nullptr);
+    n_    = std::exchange(o.n_, 0);
     return *this;
   }
+
+  void add(resource_holder* h) noexcept
+  {
+    std::lock_guard lock{mutex()};
+    h->prev_ = nullptr;
+    h->next_ = head_;
+    if (head_ != nullptr) { head_->prev_ = h; }
+    head_ = h;
+    ++n_;
+  }
+  void remove(resource_holder* h) noexcept
+  {
+    std::lock_guard lock{mutex()};
+    unlink(h);
+  }
+  /// Frees the memory of every holder (each removes itself while doing so).
+  void release_all() noexcept
+  {
+    for (;;) {
+      resource_holder* h = nullptr;
+      {
+        std::lock_guard lock{mutex()};
+        h = head_;
+      }
+      if (h == nullptr) { return; }
+      h->release_memory();
+      std::lock_guard lock{mutex()};
+      if (head_ == h) { unlink(h); }  // a holder that did not remove itself
+    }
+  }
+  [[nodiscard]] long size() const noexcept
+  {
+    std::lock_guard lock{mutex()};
+    return n_;
+  }
+
+ private:
+  static std::mutex& mutex() noexcept
+  {
+    static std::mutex m;
+    return m;
+  }
+  void unlink(resource_holder* h) noexcept
+  {
+    (h->prev_ != nullptr ? h->prev_->next_ : head_) = h->next_;
+    if (h->next_ != nullptr) { h->next_->prev_ = h->prev_; }
+    h->prev_ = h->next_ = nullptr;
+    --n_;
+  }
+
+  resource_holder* head_{nullptr};
+  long n_{0};
 };
 
 /// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
@@ -108,8 +182,9 @@ struct DeviceMemoryResource {
   nb::object upstream;          ///< the Python upstream (adaptors), kept alive
   nb::object keep;              ///< further Python objects the resource needs alive
   /// nbrmm Buffers that reference this object and hold a C++ copy of its Python callables
-  /// (see python_state): the garbage collector may treat such copies as owned by it.
-  holder_count buffer_holders;
+  /// (see python_state): the garbage collector may treat such copies as owned by it, and
+  /// the object frees their memory when it is finalized as cyclic garbage.
+  holder_list holders;
 
   /// The resource, or a ValueError when it was cleared.
   device_resource& get();
@@ -268,6 +343,10 @@ inline void check_cuda(cudaError_t status, char const* what)
 {
   if (status != cudaSuccess) { throw_cuda_error(status, what); }
 }
+
+/// Sets the Python exception for the C++ exception being handled (call inside `catch`),
+/// translated exactly as nanobind translates exceptions leaving a bound function.
+void raise_current_exception() noexcept;
 
 /// Number of CUDA devices (0 without a usable GPU or driver; never raises).
 int device_count() noexcept;

@@ -6,6 +6,7 @@
 #include "nb_rmm.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -83,6 +84,33 @@ double memcpy_ns(std::uintptr_t dst, std::uintptr_t src, nb::handle nbytes, long
   return ns_per_iteration(start, clock_type::now(), count);
 }
 
+/// A C++ resource over the host heap (aligned malloc/free): lets the binding's own
+/// overhead be measured, and C++-resource paths be tested, on machines without a GPU.
+class host_heap_resource {
+ public:
+  void* allocate_sync(std::size_t bytes, std::size_t alignment)
+  {
+    if (bytes == 0) { return nullptr; }
+    std::size_t const rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* p                   = std::aligned_alloc(alignment, rounded);
+    if (p == nullptr) { throw rmm::out_of_memory{"host heap: out of memory"}; }
+    return p;
+  }
+  void deallocate_sync(void* ptr, std::size_t, std::size_t) noexcept { std::free(ptr); }
+  void* allocate(cuda::stream_ref, std::size_t bytes, std::size_t alignment)
+  {
+    return allocate_sync(bytes, alignment);
+  }
+  void deallocate(cuda::stream_ref, void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    deallocate_sync(ptr, bytes, alignment);
+  }
+  bool operator==(host_heap_resource const&) const noexcept { return true; }
+  bool operator!=(host_heap_resource const&) const noexcept { return false; }
+  friend void get_property(host_heap_resource const&, cuda::mr::device_accessible) noexcept {}
+  friend void get_property(host_heap_resource const&, cuda::mr::host_accessible) noexcept {}
+};
+
 }  // namespace
 
 /// ns per GIL release + re-acquire pair, measured in a C++ loop (called with the GIL held).
@@ -115,6 +143,18 @@ void bind_testing(nb::module_& m)
   nb::module_ t = m.def_submodule(
     "_testing", "Measurement helpers: librmm's own cost of work measured in C++ loops.");
 
+  t.def(
+    "host_heap_resource",
+    []() {
+      return make_resource_object<DeviceMemoryResource>(device_resource{host_heap_resource{}}, -1,
+                                                        nb::none(), true);
+    },
+    R"doc(A C++ resource over the host heap (aligned ``malloc``/``free``), created by C++.
+
+Returns
+-------
+DeviceMemoryResource
+    A generic wrapper of the C++ resource; its memory is host-accessible.)doc");
   t.def("gil_round_trip_ns", &gil_round_trip_ns, nb::arg("iterations"),
         "ns per GIL release + re-acquire pair (the cost every allocating call pays twice).");
   t.def("current_device_ns", &current_device_ns, nb::arg("iterations"),

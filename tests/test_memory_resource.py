@@ -254,6 +254,36 @@ def test_cycle_through_live_buffers_is_collected():
     assert heap.bytes_in_use == 0  # finalizers freed the memory through the callables
 
 
+@pytest.mark.parametrize("rounds", [5])
+def test_cycle_whose_callables_need_the_cycle_frees_before_clearing(rounds):
+    """The deallocate callable reaches the heap only through an object of the cycle: the
+    buffers must free their memory before the collector clears anything. Repeated so
+    that later rounds reuse Buffer objects that a previous collection already freed."""
+    heap = HostHeap()
+    for _ in range(rounds):
+
+        class Box:
+            pass
+
+        box = Box()
+        box.heap = heap
+
+        def alloc(n, s, box=box):
+            return box.heap.allocate(n, s)
+
+        def dealloc(p, n, s, box=box):
+            box.heap.deallocate(p, n, s)
+
+        box.mr = nbrmm.mr.CallbackMemoryResource(alloc, dealloc)
+        box.bufs = [nbrmm.Buffer(n, mr=box.mr) for n in (8, 16, 32, 64)]
+        refs = [weakref.ref(box.mr)] + [weakref.ref(b) for b in box.bufs]
+        del box, alloc, dealloc
+        gc.collect()
+        assert all(r() is None for r in refs)
+        assert heap.bytes_in_use == 0
+    assert [c[0] for c in heap.calls].count("deallocate") == 4 * rounds
+
+
 def test_resource_shared_with_cpp_is_not_collected_with_its_cycle():
     heap = HostHeap()
 

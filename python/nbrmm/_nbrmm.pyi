@@ -902,8 +902,6 @@ class Buffer:
 
     def __init__(self, nbytes: object = 0, *, mr: object | None = None, stream: object = ..., alignment: int = 256) -> None: ...
 
-    def __del__(*args, **kwargs) -> Any: ...
-
     @property
     def ptr(self) -> int:
         """The device pointer as an int."""
@@ -1055,8 +1053,6 @@ class DeviceBuffer(Buffer):
     """
 
     def __init__(self, *, ptr: int = 0, size: object = 0, stream: object = ..., mr: object | None = None) -> None: ...
-
-    def __del__(*args, **kwargs) -> Any: ...
 
     @staticmethod
     def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:
