@@ -1,9 +1,13 @@
 """A GPU workload over nbrmm's device paths, run under compute-sanitizer by gpu-check:
-every resource kind, buffers, copies, growth, pickling, DLPack, the C++ boundary. It frees
-everything before exiting, so any memory the sanitizer reports leaked is a real leak."""
+every resource kind, buffers, copies, growth, pickling, DLPack, the C++ boundary, and CuPy
+kernels on memory from nbrmm's CuPy hook. It frees everything before exiting, so any memory
+the sanitizer reports leaked is a real leak; it also fails by itself when a Buffer is still
+alive at the end, and prints what holds it."""
 
 import gc
 import pickle
+import sys
+import types
 
 import nbrmm
 import nbrmm.mr as mr
@@ -29,6 +33,60 @@ def exercise(resource):
     del capsule
     ptr = resource.allocate(1000)
     resource.deallocate(ptr, 1000)
+
+
+def cupy_kernels(resource):
+    """Elementwise and reduction kernels over arrays allocated through nbrmm's hook."""
+    try:
+        import cupy
+    except ImportError:
+        return "cupy not installed"
+    from nbrmm.allocators.cupy import cupy_allocator
+
+    with cupy.cuda.using_allocator(cupy_allocator(mr=resource)):
+        a = cupy.arange(1 << 16, dtype=cupy.float32)
+        b = a * 2 + 1
+        total = float(b.sum())
+        c = cupy.empty_like(b)
+        c[...] = b[::-1]
+        assert float(c[0]) == float(b[-1])
+        del a, b, c
+    expected = 2 * ((1 << 16) - 1) * (1 << 16) / 2 + (1 << 16)
+    assert total == expected, (total, expected)
+    cupy.cuda.Device().synchronize()
+    return "ok"
+
+
+def holders(obj, ignore, depth=3):
+    """Describes what refers to `obj`, `depth` levels up (types; frames by function),
+    leaving out the objects in `ignore` and this report's own lists and frames."""
+    own = {id(ignore), id(sys._getframe()), id(sys._getframe(1))}
+    own.update(id(o) for o in ignore)
+    lines, frontier = [], [obj]
+    for level in range(depth):
+        own.add(id(frontier))
+        nxt = []
+        own.add(id(nxt))
+        for o in frontier:
+            for r in gc.get_referrers(o):
+                if id(r) in own:
+                    continue
+                what = type(r).__name__
+                if isinstance(r, types.FrameType):
+                    what += f" of {r.f_code.co_name}() at line {r.f_lineno}"
+                lines.append("  " * (level + 1) + what)
+                nxt.append(r)
+        frontier = nxt[:5]
+    return "\n".join(lines) or "  (nothing the collector can see: a C++ reference)"
+
+
+def leftover_buffers():
+    """A failure line for every Buffer still holding memory, with what holds it."""
+    alive = [o for o in gc.get_objects() if isinstance(o, nbrmm.Buffer) and not o.closed]
+    return [
+        f"a Buffer of {b.size} bytes is alive at the end, held by:\n{holders(b, alive)}"
+        for b in alive
+    ]
 
 
 def main():
@@ -62,8 +120,13 @@ def main():
     buf = nbrmm.Buffer(4096)
     del buf
     cpp_ext.reset_current()
+    try:
+        print("cupy kernels:", cupy_kernels(resources[3]))
+    except Exception as e:  # noqa: BLE001 - reported, and the run fails
+        failures.append(f"cupy kernels: {type(e).__name__}: {e}")
     del resources, cuda
     gc.collect()
+    failures += leftover_buffers()
     for f in failures:
         print("FAILED", f)
     print("gpu workload:", "ok" if not failures else f"{len(failures)} failures")

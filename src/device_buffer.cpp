@@ -161,7 +161,7 @@ struct Buffer : resource_holder {
   void count_holder(bool copied) noexcept
   {
     auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
-    auto const* state = python_state(r->res);
+    auto const* state = r->callables();
     if (state != nullptr && (copied || buf->callables() == state)) {
       r->holders.add(this);
       counted_in = r;

@@ -199,6 +199,16 @@ device_resource& DeviceMemoryResource::get()
   return res;
 }
 
+python_resource::state const* DeviceMemoryResource::callables() noexcept
+{
+  if (!res.has_value()) { return nullptr; }  // cleared by the garbage collector
+  if (!callables_known_) {
+    callables_       = python_state(res);
+    callables_known_ = true;
+  }
+  return callables_;
+}
+
 DeviceMemoryResource& resource_arg(nb::handle obj, char const* param)
 {
   if (resource_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), resource_type) &&

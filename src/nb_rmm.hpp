@@ -173,26 +173,6 @@ class holder_list {
   long n_{0};
 };
 
-/// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
-struct DeviceMemoryResource {
-  device_resource res;          ///< the owning librmm resource (empty only after GC clear)
-  int device{-1};               ///< CUDA device active when the resource was created
-  bool host_accessible{false};  ///< memory can be read by the host
-  bool from_cpp{false};         ///< a wrapper of a resource that C++ created (wrap_resource)
-  nb::object upstream;          ///< the Python upstream (adaptors), kept alive
-  nb::object keep;              ///< further Python objects the resource needs alive
-  /// nbrmm Buffers that reference this object and hold a C++ copy of its Python callables
-  /// (see python_state): the garbage collector may treat such copies as owned by it, and
-  /// the object frees their memory when it is finalized as cyclic garbage.
-  holder_list holders;
-
-  /// The resource, or a ValueError when it was cleared.
-  device_resource& get();
-};
-
-/// Backing struct of `nbrmm.mr.UpstreamResourceAdaptor` (adaptors derive from it).
-struct UpstreamResourceAdaptor : DeviceMemoryResource {};
-
 /// A resource that calls Python: `allocate(nbytes, stream) -> int` and
 /// `deallocate(ptr, nbytes, stream)`. Every C++ copy shares (and owns) the callables.
 class python_resource {
@@ -222,6 +202,33 @@ class python_resource {
  private:
   std::shared_ptr<state> state_;
 };
+
+/// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
+struct DeviceMemoryResource {
+  device_resource res;          ///< the owning librmm resource (empty only after GC clear)
+  int device{-1};               ///< CUDA device active when the resource was created
+  bool host_accessible{false};  ///< memory can be read by the host
+  bool from_cpp{false};         ///< a wrapper of a resource that C++ created (wrap_resource)
+  nb::object upstream;          ///< the Python upstream (adaptors), kept alive
+  nb::object keep;              ///< further Python objects the resource needs alive
+  /// nbrmm Buffers that reference this object and hold a C++ copy of its Python callables
+  /// (see python_state): the garbage collector may treat such copies as owned by it, and
+  /// the object frees their memory when it is finalized as cyclic garbage.
+  holder_list holders;
+
+  /// The resource, or a ValueError when it was cleared.
+  device_resource& get();
+
+  /// python_state(res), worked out once: `res` is set once, when the object is made.
+  [[nodiscard]] python_resource::state const* callables() noexcept;
+
+ private:
+  python_resource::state const* callables_{nullptr};
+  bool callables_known_{false};
+};
+
+/// Backing struct of `nbrmm.mr.UpstreamResourceAdaptor` (adaptors derive from it).
+struct UpstreamResourceAdaptor : DeviceMemoryResource {};
 
 /// The entry that nbrmm stores in librmm's per-device map: the resource itself plus the
 /// Python object it was set from, so that Python gets back the very object it set.
