@@ -1,5 +1,7 @@
-"""Where the nanoseconds of ``Buffer(256, mr=arena)`` go: timeit medians of its parts,
-side by side in one process. Run on a GPU machine: ``python benchmarks/breakdown.py``."""
+"""Where the nanoseconds of ``Buffer(256, mr=arena)`` go: timeit figures of its parts, side
+by side in one process. The statements are timed round-robin (one repeat of each in turn)
+so that drift of the machine touches all of them alike; each row gives the median and the
+minimum over the repeats. Run on a GPU machine: ``python benchmarks/breakdown.py``."""
 
 import statistics
 import sys
@@ -9,10 +11,22 @@ import nbrmm
 import nbrmm.mr
 from nbrmm._nbrmm import _testing
 
+NUMBER = 20000
+REPEAT = 31
 
-def median_ns(stmt, env, number=20000, repeat=15):
-    runs = timeit.repeat(stmt, globals=env, number=number, repeat=repeat)
-    return statistics.median(runs) / number * 1e9
+
+def round_robin(stmts, env):
+    """{name: [ns per run, one per repeat]} for every (name, statement)."""
+    timers = {name: timeit.Timer(stmt, globals=env) for name, stmt in stmts}
+    runs = {name: [] for name in timers}
+    for _ in range(REPEAT):
+        for name, timer in timers.items():
+            runs[name].append(timer.timeit(NUMBER) / NUMBER * 1e9)
+    return runs
+
+
+def cpp_runs(fn):
+    return [fn() for _ in range(REPEAT)]
 
 
 def main():
@@ -21,25 +35,42 @@ def main():
         return 0
     cuda = nbrmm.mr.CudaMemoryResource()
     arena = nbrmm.mr.ArenaMemoryResource(cuda, arena_size=1 << 30)
+    pool = nbrmm.mr.PoolMemoryResource(cuda, initial_pool_size=1 << 30)
     nbrmm.mr.set_current_device_resource(arena)
-    env = {"nbrmm": nbrmm, "B": nbrmm.Buffer, "mr": arena, "S": nbrmm.DEFAULT_STREAM}
-    rows = [
-        ("object()", median_ns("object()", env)),
-        ("C++ floor: arena allocate+deallocate 256 B",
-         _testing.allocate_round_trip_ns(arena, 256, 200000)),
-        ("C++: GIL release+acquire pair", _testing.gil_round_trip_ns(200000)),
-        ("C++: current device query", _testing.current_device_ns(200000)),
-        ("Buffer(0, mr=arena)", median_ns("B(0, mr=mr)", env)),
-        ("Buffer(256, mr=arena)", median_ns("B(256, mr=mr)", env)),
-        ("Buffer(256, mr=arena, stream=DEFAULT_STREAM)", median_ns("B(256, mr=mr, stream=S)", env)),
-        ("Buffer(256) (current resource)", median_ns("B(256)", env)),
-        ("arena.deallocate(arena.allocate(256), 256)",
-         median_ns("mr.deallocate(mr.allocate(256), 256)", env)),
-        ("get_current_device_resource()", median_ns("nbrmm.mr.get_current_device_resource()", env)),
+    env = {"nbrmm": nbrmm, "B": nbrmm.Buffer, "mr": arena, "pool": pool, "cuda": cuda,
+           "S": nbrmm.DEFAULT_STREAM, "make": lambda: nbrmm.Buffer(256, mr=arena)}
+    stmts = [
+        ("timeit loop (pass)", "pass"),
+        ("object()", "object()"),
+        ("Buffer(0, mr=arena)", "B(0, mr=mr)"),
+        ("Buffer(0, mr=pool)", "B(0, mr=pool)"),
+        ("Buffer(0, mr=cuda)", "B(0, mr=cuda)"),
+        ("Buffer(256, mr=arena)", "B(256, mr=mr)"),
+        ("Buffer(256, mr=arena, stream=DEFAULT_STREAM)", "B(256, mr=mr, stream=S)"),
+        ("Buffer(256) (current resource)", "B(256)"),
+        ("make() = lambda: Buffer(256, mr=arena)", "make()"),
+        ("Buffer(256, mr=pool)", "B(256, mr=pool)"),
+        ("arena.deallocate(arena.allocate(256), 256)", "mr.deallocate(mr.allocate(256), 256)"),
+        ("get_current_device_resource()", "nbrmm.mr.get_current_device_resource()"),
     ]
-    width = max(len(r[0]) for r in rows)
-    for name, ns in rows:
-        print(f"{name:<{width}}  {ns:8.1f} ns")
+    runs = round_robin(stmts, env)
+    runs["C++ floor: arena allocate+deallocate 256 B"] = cpp_runs(
+        lambda: _testing.allocate_round_trip_ns(arena, 256, 100000))
+    runs["C++ floor: pool allocate+deallocate 256 B"] = cpp_runs(
+        lambda: _testing.allocate_round_trip_ns(pool, 256, 100000))
+    runs["C++: rmm::device_buffer(0, arena)"] = cpp_runs(
+        lambda: _testing.device_buffer_round_trip_ns(arena, 0, 100000))
+    runs["C++: GIL release+acquire pair"] = cpp_runs(lambda: _testing.gil_round_trip_ns(100000))
+    runs["C++: current device query"] = cpp_runs(lambda: _testing.current_device_ns(100000))
+    width = max(len(name) for name in runs)
+    print(f"{'':<{width}}  {'median':>8}  {'min':>8}   (ns; {REPEAT} repeats)")
+    for name, values in runs.items():
+        print(f"{name:<{width}}  {statistics.median(values):8.1f}  {min(values):8.1f}")
+    floor = statistics.median(runs["C++ floor: arena allocate+deallocate 256 B"])
+    over = statistics.median(runs["Buffer(256, mr=arena)"]) - floor
+    loop = statistics.median(runs["timeit loop (pass)"])
+    print(f"\nBuffer(256, mr=arena) − C++ floor: {over:.0f} ns "
+          f"({over - loop:.0f} ns without the timing loop's own {loop:.0f} ns)")
     return 0
 
 
