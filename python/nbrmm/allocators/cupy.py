@@ -25,6 +25,8 @@ except ImportError as exc:
         name="cupy",
     ) from exc
 
+import atexit
+
 from nbrmm import _nbrmm
 
 _nbrmm._cupy_init(_cupy_memory, _cupy_stream)
@@ -65,5 +67,24 @@ CupyAllocator = type(rmm_cupy_allocator)
 
 #: The class of the memory objects behind the MemoryPointers the allocators return.
 Memory = _nbrmm._cupy_memory_type()
+
+
+
+def _uninstall_at_exit():
+    """Stop CuPy from holding an nbrmm allocator past exit.
+
+    CuPy keeps its global allocator in a C-level variable that interpreter shutdown never
+    clears; an nbrmm allocator left there would keep its resource objects alive for good.
+    CuPy falls back to its raw allocator; memory already handed to CuPy still returns to
+    the resource that allocated it.
+    """
+    try:
+        if isinstance(_cupy_memory.get_allocator(), CupyAllocator):
+            _cupy_memory.set_allocator(None)
+    except Exception:  # noqa: BLE001 - e.g. inside using_allocator: nothing to undo there
+        pass
+
+
+atexit.register(_uninstall_at_exit)
 
 __all__ = ["CupyAllocator", "Memory", "cupy_allocator", "rmm_cupy_allocator"]
