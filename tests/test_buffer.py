@@ -8,6 +8,7 @@ import pytest
 import nbrmm
 import nbrmm.mr
 from helpers import HostHeap, read_host, write_host
+from nbrmm._nbrmm import _testing
 
 
 def test_buffer_over_host_callbacks():
@@ -72,6 +73,74 @@ def test_bad_input_leaves_no_partial_state():
     with pytest.raises(TypeError, match="mr"):
         nbrmm.Buffer(10, mr="cuda")
     assert heap.calls == []
+
+
+class BufferSubclass(nbrmm.Buffer):
+    """A Python subclass: constructed through ``__init__``, not Buffer's own vectorcall."""
+
+
+@pytest.mark.parametrize("cls", [nbrmm.Buffer, BufferSubclass])
+def test_constructor_accepts_the_signature_of_init(cls):
+    heap = _testing.host_heap_resource()
+    assert cls(nbytes=16, mr=heap).size == 16
+    assert cls(**{"nbytes": 24, "mr": heap}).size == 24
+    assert cls(mr=heap).size == 0
+    b = cls(16, mr=heap, alignment=4096, stream=nbrmm.DEFAULT_STREAM)
+    assert b.alignment == 4096 and b.ptr % 4096 == 0 and type(b) is cls
+    for args, kwargs in [((1, 2), {"mr": heap}), ((1,), {"mr": heap, "bogus": 3}),
+                         ((1,), {"nbytes": 2, "mr": heap})]:
+        with pytest.raises(TypeError):
+            cls(*args, **kwargs)
+    with pytest.raises(TypeError, match="stream"):
+        cls(1, mr=heap, stream=5)
+    with pytest.raises(ValueError, match="nbytes"):
+        cls(-1, mr=heap)
+
+
+def test_constructor_messages_name_the_problem():
+    heap = _testing.host_heap_resource()
+    with pytest.raises(TypeError, match="at most 1 positional"):
+        nbrmm.Buffer(1, 2, mr=heap)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'size'"):
+        nbrmm.Buffer(size=1, mr=heap)
+    with pytest.raises(TypeError, match="multiple values for argument 'nbytes'"):
+        nbrmm.Buffer(1, nbytes=1, mr=heap)
+
+
+def test_out_of_memory_from_a_cpp_resource_is_nbrmm_out_of_memory():
+    with pytest.raises(nbrmm.OutOfMemory, match="host heap"):
+        nbrmm.Buffer(1 << 62, mr=_testing.host_heap_resource())
+    with pytest.raises(MemoryError):
+        nbrmm.Buffer(1 << 62, mr=_testing.host_heap_resource())
+
+
+def test_buffer_over_a_cpp_resource_without_a_gpu():
+    heap = _testing.host_heap_resource()
+    buf = nbrmm.Buffer(64, mr=heap)
+    assert buf.mr is heap and buf.size == 64
+    view = memoryview(buf)  # the host heap is host-accessible
+    view[:3] = b"xyz"
+    assert bytes(view[:3]) == b"xyz" == read_host(buf.ptr, 3)
+    view.release()
+    buf.close()
+    assert buf.closed
+
+
+def test_buffer_objects_are_reused_cleanly():
+    """Freed Buffer objects are recycled: a new one starts empty and weak references to
+    old ones are dead."""
+    heap = HostHeap()
+    mr = heap.resource()
+    refs = []
+    for n in range(300):
+        b = nbrmm.Buffer(n % 7, mr=mr)
+        refs.append(weakref.ref(b))
+        del b
+    assert all(r() is None for r in refs)
+    assert heap.bytes_in_use == 0
+    fresh = nbrmm.Buffer(0, mr=mr)
+    assert fresh.size == 0 and fresh.mr is mr and not fresh.closed
+    assert weakref.ref(fresh)() is fresh
 
 
 def test_device_buffer_rmm_signature():
