@@ -22,6 +22,24 @@ int device_count() noexcept
   return count;
 }
 
+namespace {
+
+int cached_device_count() noexcept
+{
+  static int const count = device_count();
+  return count;
+}
+
+}  // namespace
+
+int current_device()
+{
+  if (cached_device_count() == 1) { return 0; }
+  return rmm::get_current_cuda_device().value();
+}
+
+bool multiple_devices() noexcept { return cached_device_count() > 1; }
+
 void check_device(int device)
 {
   int const count = device_count();

@@ -100,6 +100,16 @@ T read_at(PyObject* obj, Py_ssize_t offset)
   return value;
 }
 
+/// Freed Memory objects kept for reuse (BaseMemory holds no Python references, so a
+/// freed object is plain storage). Guarded by the GIL; free-threaded builds keep none.
+#if defined(Py_GIL_DISABLED)
+constexpr int memory_freelist_capacity = 0;
+#else
+constexpr int memory_freelist_capacity = 64;
+#endif
+PyObject* memory_freelist[memory_freelist_capacity > 0 ? memory_freelist_capacity : 1];
+int memory_freelist_count = 0;
+
 void memory_dealloc(PyObject* self)
 {
   PyTypeObject* type = Py_TYPE(self);
@@ -115,7 +125,11 @@ void memory_dealloc(PyObject* self)
   PyObject* keep = f->keep;  // released only now: the stream had to outlive the free
   f->~memory_fields();
   Py_XDECREF(keep);
-  type->tp_free(self);
+  if (memory_freelist_count < memory_freelist_capacity && type == cupy->memory_type) {
+    memory_freelist[memory_freelist_count++] = self;
+  } else {
+    type->tp_free(self);
+  }
   Py_DECREF(type);
 }
 
@@ -139,8 +153,13 @@ char const memory_doc[] =
 PyObject* new_memory()
 {
   PyTypeObject* type = cupy->memory_type;
-  PyObject* obj      = type->tp_alloc(type, 0);
-  if (obj == nullptr) { throw nb::python_error(); }
+  PyObject* obj      = nullptr;
+  if (memory_freelist_count > 0) {
+    obj = PyObject_Init(memory_freelist[--memory_freelist_count], type);  // new reference
+  } else {
+    obj = type->tp_alloc(type, 0);
+    if (obj == nullptr) { throw nb::python_error(); }
+  }
   new (reinterpret_cast<char*>(obj) + cupy->fields_off) memory_fields{};
   return obj;
 }

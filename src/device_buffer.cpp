@@ -23,12 +23,6 @@
 namespace nbrmm {
 namespace {
 
-bool multi_device() noexcept
-{
-  static int const count = device_count();
-  return count > 1;
-}
-
 /// The memory of a Buffer: allocated directly from the buffer's resource (the fast path:
 /// no rmm::device_buffer bookkeeping), or an rmm::device_buffer handed over by C++.
 /// Callers release the GIL around every member that allocates, copies or frees.
@@ -120,7 +114,7 @@ class memory {
     }
     if (ptr_ == nullptr) { return; }
     std::optional<rmm::cuda_set_device_raii> guard;
-    if (device_ >= 0 && multi_device()) { guard.emplace(rmm::cuda_device_id{device_}); }
+    if (device_ >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device_}); }
     res_.deallocate(stream_, ptr_, capacity_, alignment_);
     ptr_ = nullptr;
   }

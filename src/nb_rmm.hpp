@@ -338,8 +338,12 @@ std::size_t parse_size(nb::handle obj, char const* param);
 /// Parses an optional size argument (None stays empty).
 std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param);
 
-/// The current CUDA device as librmm reports it (-1 without a usable GPU).
-inline int current_device() { return rmm::get_current_cuda_device().value(); }
+/// The current CUDA device as librmm reports it (-1 without a usable GPU). With exactly
+/// one device (the count is fixed once CUDA is initialised) it is 0 without asking CUDA.
+int current_device();
+
+/// Whether this process sees more than one CUDA device.
+bool multiple_devices() noexcept;
 
 /// Throws nbrmm.CudaError (rmm::cuda_error) for a failed CUDA call `what`, clearing the
 /// runtime's last-error state.
