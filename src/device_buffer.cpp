@@ -136,12 +136,13 @@ struct Buffer : resource_holder {
   int device{-1};                         ///< the device the memory lives on
   DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when listed as a holder of its callables
 
-  Buffer() = default;
+  Buffer() noexcept
+    : resource_holder{[](resource_holder* self) noexcept { static_cast<Buffer*>(self)->release(); }}
+  {
+  }
   Buffer(Buffer&&)            = delete;
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
-
-  void release_memory() noexcept override { release(); }
 
   memory& get()
   {

@@ -91,16 +91,18 @@ nb::handle default_stream();
 
 /// Something (an nbrmm Buffer) whose C++ memory holds a copy of a resource's Python
 /// callables; the resource lists its holders (see DeviceMemoryResource::holders).
+/// (No virtual functions: nanobind destroys a Buffer as the bound class of its Python type.)
 class resource_holder {
  public:
-  /// Frees the holder's memory now (its resource is about to be torn down).
-  virtual void release_memory() noexcept = 0;
+  using release_fn = void (*)(resource_holder*) noexcept;
+  explicit resource_holder(release_fn release) noexcept : release_{release} {}
 
- protected:
-  ~resource_holder() = default;
+  /// Frees the holder's memory now (its resource is about to be torn down).
+  void release_memory() noexcept { release_(this); }
 
  private:
   friend class holder_list;
+  release_fn release_;
   resource_holder* prev_{nullptr};
   resource_holder* next_{nullptr};
 };
