@@ -296,12 +296,9 @@ void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr
   cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
   new (self) Buffer{};
   try {
-    if (n == 0) {
-      self->buf.emplace(n, alignment, s, res, r->device);  // allocates nothing
-    } else {
-      nb::gil_scoped_release release;
-      self->buf.emplace(n, alignment, s, res, r->device);
-    }
+    std::optional<nb::gil_scoped_release> release;
+    if (n != 0) { release.emplace(); }  // an empty buffer allocates nothing: no CUDA call
+    self->buf.emplace(n, alignment, s, res, r->device);
   } catch (...) {
     self->~Buffer();
     throw;
@@ -518,19 +515,13 @@ nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
   return arr.attr("__dlpack__")(**kwargs);
 }
 
-/// The keyword names of Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256).
-struct buffer_keywords {
-  PyObject* nbytes    = PyUnicode_InternFromString("nbytes");
-  PyObject* mr        = PyUnicode_InternFromString("mr");
-  PyObject* stream    = PyUnicode_InternFromString("stream");
-  PyObject* alignment = PyUnicode_InternFromString("alignment");
-};
-
 /// Which argument slot the keyword `name` fills (nullptr: not a parameter of Buffer).
+/// Slots, in order: Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256).
 PyObject** keyword_slot(PyObject* name, PyObject** slots)
 {
-  static buffer_keywords const kw;  // interned for good: never released
-  PyObject* const names[] = {kw.nbytes, kw.mr, kw.stream, kw.alignment};
+  static PyObject* const names[] = {  // interned for good: never released
+    PyUnicode_InternFromString("nbytes"), PyUnicode_InternFromString("mr"),
+    PyUnicode_InternFromString("stream"), PyUnicode_InternFromString("alignment")};
   for (int i = 0; i < 4; ++i) {
     if (name == names[i]) { return &slots[i]; }
   }
@@ -625,24 +616,19 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
                            flags);
 }
 
-PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+/// Buffer's slots. DeviceBuffer (another signature) takes them from the second on,
+/// without the vectorcall constructor: `buffer_slots + 1`.
+PyType_Slot buffer_slots[] = {{Py_tp_vectorcall, reinterpret_cast<void*>(buffer_vectorcall)},
+                              {Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
                               {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
                               {0, nullptr}};
-
-/// Buffer's own slots: the shared ones plus the vectorcall constructor.
-PyType_Slot buffer_own_slots[] = {
-  {Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
-  {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
-  {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
-  {Py_tp_vectorcall, reinterpret_cast<void*>(buffer_vectorcall)},
-  {0, nullptr}};
 
 }  // namespace
 
 void bind_device_buffer(nb::module_& m)
 {
-  auto cls = nb::class_<Buffer>(m, "Buffer", nb::type_slots(buffer_own_slots), nb::is_weak_referenceable(), nb::pooled(), R"doc(
+  auto cls = nb::class_<Buffer>(m, "Buffer", nb::type_slots(buffer_slots), nb::is_weak_referenceable(), nb::pooled(), R"doc(
 A block of device memory owned by Python, allocated from an nbrmm resource.
 
 Parameters
@@ -838,7 +824,7 @@ The destination.)doc")
     nb::arg("capsule"),
     "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
 
-  nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
+  nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots + 1),
                                    nb::is_weak_referenceable(), R"doc(
 rmm-compatible device buffer: ``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM,
 mr=None)``.

@@ -15,7 +15,6 @@
 #include <nbrmm/nbrmm.hpp>  // the public C++ API (capsule protocol)
 
 #include <cstddef>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>

@@ -15,6 +15,8 @@ on, when CuPy drops it, even if the current resource has changed since. A failed
 allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
 """
 
+import atexit
+
 try:
     import cupy.cuda.memory as _cupy_memory
     import cupy.cuda.stream as _cupy_stream
@@ -24,8 +26,6 @@ except ImportError as exc:
         f"version (e.g. cupy-cuda13x). Importing it failed: {exc}",
         name="cupy",
     ) from exc
-
-import atexit
 
 from nbrmm import _nbrmm
 
@@ -67,7 +67,6 @@ CupyAllocator = type(rmm_cupy_allocator)
 
 #: The class of the memory objects behind the MemoryPointers the allocators return.
 Memory = _nbrmm._cupy_memory_type()
-
 
 
 def _uninstall_at_exit():
