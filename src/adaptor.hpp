@@ -72,7 +72,7 @@ template <class Make>
 device_resource make_resource(Make&& make, bool release_gil)
 {
   if (!release_gil) { return device_resource{make()}; }
-  nb::gil_scoped_release release;
+  gil_release release;
   return device_resource{make()};
 }
 

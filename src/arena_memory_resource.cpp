@@ -64,6 +64,7 @@ arena does not expose it (``upstream_mr`` is then None).)doc")
       nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource, "
               "arena_size: int | str | None = None, dump_log_on_failure: bool = False) -> None"));
   register_typed_wrapper<ArenaMemoryResource, arena_resource>();
+  deferred_frees::register_cache<arena_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

@@ -125,7 +125,7 @@ allocations.)doc")
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }
         binning_resource& bins = binning_of(self);
         if (bin_resource.is_none()) {
-          nb::gil_scoped_release release;
+          gil_release release;
           bins.add_bin(size);
           return;
         }

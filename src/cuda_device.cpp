@@ -73,7 +73,7 @@ int
     "set_current_device",
     [](int device) {
       check_device(device);
-      nb::gil_scoped_release release;
+      gil_release release;
       check_cuda(cudaSetDevice(device), "cudaSetDevice");
     },
     nb::arg("device"),
@@ -89,11 +89,11 @@ ValueError
     [](std::optional<int> device) {
       if (device.has_value()) {
         check_device(*device);
-        nb::gil_scoped_release release;
+        gil_release release;
         rmm::cuda_set_device_raii guard{rmm::cuda_device_id{*device}};
         return rmm::available_device_memory();
       }
-      nb::gil_scoped_release release;
+      gil_release release;
       return rmm::available_device_memory();
     },
     nb::arg("device") = nb::none(),

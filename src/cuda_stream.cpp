@@ -171,7 +171,7 @@ nbrmm.CudaError
            auto const f = flags.value_or(rmm::cuda_stream::flags::sync_default);
            std::shared_ptr<rmm::cuda_stream> owned;
            {
-             nb::gil_scoped_release release;
+             gil_release release;
              owned = std::make_shared<rmm::cuda_stream>(f);
            }
            new (self) Stream{owned->value(), std::move(owned), nb::object{}};
@@ -190,7 +190,7 @@ nbrmm.CudaError
     .def(
       "synchronize",
       [](Stream const& s) {
-        nb::gil_scoped_release release;
+        gil_release release;
         check_cuda(cudaStreamSynchronize(s.handle), "cudaStreamSynchronize");
       },
       "Block until all work queued on the stream has completed (releases the GIL).")

@@ -41,7 +41,7 @@ flags : CudaStreamFlags, optional
         if (pool_size == 0) { throw nb::value_error("pool_size: must be positive"); }
         std::unique_ptr<rmm::cuda_stream_pool> pool;
         {
-          nb::gil_scoped_release release;
+          gil_release release;
           pool = std::make_unique<rmm::cuda_stream_pool>(pool_size, flags);
         }
         new (self) CudaStreamPool{std::move(pool)};

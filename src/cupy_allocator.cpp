@@ -78,6 +78,7 @@ struct memory_fields {
   std::size_t bytes{0};        ///< its size
   cudaStream_t stream{nullptr};  ///< the stream it was allocated on, and is freed on
   PyObject* keep{nullptr};     ///< an object keeping that stream alive (strong), or null
+  bool caches{false};          ///< `res` is a caching resource (deferred_frees::caches)
 };
 
 memory_fields* fields_of(PyObject* obj)
@@ -114,8 +115,13 @@ void memory_dealloc(PyObject* self)
 {
   PyTypeObject* type = Py_TYPE(self);
   memory_fields* f   = fields_of(self);
+  if (f->ptr != nullptr && f->caches &&
+      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream,
+                            read_at<int>(self, cupy->device_off))) {
+    f->ptr = nullptr;  // the queue frees it (and owns the resource copy now)
+  }
   if (f->ptr != nullptr || f->res.has_value()) {
-    nb::gil_scoped_release release;
+    gil_release release;
     if (f->ptr != nullptr) {
       f->res.deallocate(cuda::stream_ref{f->stream}, f->ptr, f->bytes, default_alignment);
       f->ptr = nullptr;
@@ -363,6 +369,7 @@ struct CupyAllocator {
   device_resource* res;  ///< C++ copy of the bound resource (owned), or null
   cudaStream_t handle;   ///< the fixed stream's handle
   int device;            ///< the device the bound resource serves (-1: any)
+  bool caches;           ///< the bound resource is a caching one (deferred_frees::caches)
 };
 
 PyTypeObject* allocator_type = nullptr;
@@ -427,8 +434,14 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
   f->bytes         = nbytes;
   if (nbytes != 0) {
     try {
-      f->res = self->res != nullptr ? *self->res : hooks::current_resource(device);
-      nb::gil_scoped_release release;
+      if (self->res != nullptr) {
+        f->res    = *self->res;
+        f->caches = self->caches;
+      } else {
+        f->res    = hooks::current_resource(device);
+        f->caches = deferred_frees::caches(f->res);
+      }
+      gil_release release;
       f->ptr = f->res.allocate(cuda::stream_ref{stream}, nbytes, default_alignment);
     } catch (...) {
       Py_DECREF(mem);
@@ -557,7 +570,7 @@ void allocator_dealloc(PyObject* self)
   auto* a = reinterpret_cast<CupyAllocator*>(self);
   allocator_clear(self);
   if (device_resource* res = std::exchange(a->res, nullptr)) {
-    nb::gil_scoped_release release;
+    gil_release release;
     delete res;
   }
   type->tp_free(self);
@@ -649,6 +662,7 @@ nb::object make_allocator(nb::handle mr, nb::handle stream)
   obj->res        = res;
   obj->handle     = handle;
   obj->device     = device;
+  obj->caches     = res != nullptr && deferred_frees::caches(*res);
   PyObject_GC_Track(obj);
   return nb::steal(reinterpret_cast<PyObject*>(obj));
 }

@@ -32,8 +32,9 @@ class memory {
          std::size_t alignment,
          cuda::stream_ref stream,
          device_resource const& res,
-         int device)
-    : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}
+         int device,
+         bool caches)
+    : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}, caches_{caches}
   {
     if (n != 0) { ptr_ = res_.allocate(stream_, n, alignment_); }
     size_ = capacity_ = n;
@@ -61,6 +62,18 @@ class memory {
   [[nodiscard]] cuda::stream_ref stream() const noexcept
   {
     return adopted_ ? adopted_->stream() : stream_;
+  }
+  /// Hands the free over to the deferred-free queue when it may wait (a block of a
+  /// caching resource on the default stream; see deferred_frees). Call with the GIL
+  /// held; afterwards this object holds nothing. Returns false when it must be freed now.
+  bool defer_free() noexcept
+  {
+    if (!caches_ || adopted_ || ptr_ == nullptr ||
+        !deferred_frees::defer(res_, ptr_, capacity_, alignment_, stream_.get(), device_)) {
+      return false;
+    }
+    ptr_ = nullptr;
+    return true;
   }
   /// The Python callables behind the resource that frees this memory, if any.
   [[nodiscard]] python_resource::state const* callables() const noexcept
@@ -126,6 +139,7 @@ class memory {
   cuda::stream_ref stream_{cudaStream_t{nullptr}};
   std::size_t alignment_{default_alignment};
   int device_{-1};
+  bool caches_{false};  ///< the resource is a caching one (deferred_frees::caches)
   std::unique_ptr<rmm::device_buffer> adopted_;
 };
 
@@ -142,7 +156,7 @@ struct Buffer : resource_holder {
   }
   Buffer(Buffer&&)            = delete;
   Buffer& operator=(Buffer&&) = delete;
-  ~Buffer() { release(); }
+  ~Buffer() { release(/*may_defer=*/true); }
 
   memory& get()
   {
@@ -163,15 +177,19 @@ struct Buffer : resource_holder {
     }
   }
 
-  /// Frees the memory (ordered on the buffer's stream) without holding the GIL.
-  void release() noexcept
+  /// Frees the memory (ordered on the buffer's stream) without holding the GIL. When
+  /// `may_defer` (the buffer is being destroyed, not closed), a small block of a caching
+  /// resource joins the deferred-free queue instead (see deferred_frees).
+  void release(bool may_defer = false) noexcept
   {
     if (!buf.has_value()) { return; }
+    bool const gil = PyGILState_Check() != 0;
+    if (may_defer && gil) { buf->defer_free(); }
     // An empty allocation frees nothing; its resource copy is not the last (`mr` owns one).
     bool const frees_nothing = buf->holds_nothing() && mr.is_valid() &&
                                nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value();
-    if (!frees_nothing && PyGILState_Check() != 0) {
-      nb::gil_scoped_release release;
+    if (!frees_nothing && gil) {
+      gil_release release;
       buf.reset();
     } else {
       buf.reset();
@@ -198,7 +216,7 @@ bool is_default(cuda::stream_ref s)
 void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
 {
   if (n == 0) { return; }
-  nb::gil_scoped_release release;
+  gil_release release;
   auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
   if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
   if (is_default(s)) {
@@ -280,7 +298,7 @@ std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* par
   if (cai.contains("stream") && !cai["stream"].is_none()) {
     // The producer asks consumers to order on its stream: wait for it.
     auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
-    nb::gil_scoped_release release;
+    gil_release release;
     auto const status = cudaStreamSynchronize(producer);
     if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
@@ -296,9 +314,9 @@ void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr
   cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
   new (self) Buffer{};
   try {
-    std::optional<nb::gil_scoped_release> release;
+    std::optional<gil_release> release;
     if (n != 0) { release.emplace(); }  // an empty buffer allocates nothing: no CUDA call
-    self->buf.emplace(n, alignment, s, res, r->device);
+    self->buf.emplace(n, alignment, s, res, r->device, r->caches());
   } catch (...) {
     self->~Buffer();
     throw;
@@ -414,7 +432,7 @@ nb::bytes to_bytes(Buffer& self, nb::handle stream)
   if (!out.is_valid()) { throw nb::python_error(); }
   copy_bytes(PyBytes_AS_STRING(out.ptr()), b.data(), b.size(), s);
   if (!is_default(s)) {
-    nb::gil_scoped_release release;
+    gil_release release;
     auto const status = cudaStreamSynchronize(s.get());
     if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
@@ -435,7 +453,7 @@ void on_buffer_stream(Buffer& self, nb::handle stream, Fn&& fn)
   nb::object s_obj   = stream_object(stream, "stream");
   cuda::stream_ref s = nb::inst_ptr<Stream>(s_obj)->ref();
   {
-    nb::gil_scoped_release release;
+    gil_release release;
     std::optional<rmm::cuda_set_device_raii> guard;
     if (self.device >= 0) { guard.emplace(rmm::cuda_device_id{self.device}); }
     fn(b, s);
@@ -468,7 +486,7 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
     value == 0 ? nullptr : reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(value));
   cudaStream_t const producer = nb::inst_ptr<Stream>(self.stream)->handle;
   if (target == producer) { return; }
-  nb::gil_scoped_release release;
+  gil_release release;
   cudaEvent_t event{};
   auto status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (status != cudaSuccess) { throw_cuda_error(status, "cudaEventCreateWithFlags"); }
@@ -763,7 +781,7 @@ The destination.)doc")
                                               : stream_arg(stream, "stream");
         int const target   = device.value_or(self.device);
         if (b.size() == 0) { return; }
-        nb::gil_scoped_release release;
+        gil_release release;
         rmm::prefetch(b.data(), b.size(), rmm::cuda_device_id{target}, s);
       },
       nb::arg("device") = nb::none(), nb::arg("stream") = nb::none(),

@@ -65,6 +65,7 @@ blocks_to_preallocate : int, optional
       [](FixedSizeMemoryResource& self) { return resource_as<fixed_resource>(self).get_block_size(); },
       "The block size in bytes (the requested size rounded up to a multiple of 256).");
   register_adaptor_wrapper<FixedSizeMemoryResource, fixed_resource>();
+  deferred_frees::register_cache<fixed_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

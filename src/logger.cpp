@@ -67,7 +67,7 @@ level_enum
   m.def(
     "flush_logger",
     []() {
-      nb::gil_scoped_release release;
+      gil_release release;
       rmm::default_logger().flush();
     },
     "Write out every message that librmm's debug logger has buffered.");

@@ -98,7 +98,7 @@ OSError
       "flush",
       [](LoggingResourceAdaptor& self) {
         auto& log = resource_as<logging_adaptor>(self);
-        nb::gil_scoped_release release;
+        gil_release release;
         log.flush();
       },
       "Write buffered log lines to the file.")

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -209,6 +211,198 @@ python_resource::state const* DeviceMemoryResource::callables() noexcept
   return callables_;
 }
 
+bool DeviceMemoryResource::caches() noexcept
+{
+  if (caches_ < 0) { caches_ = res.has_value() && deferred_frees::caches(res) ? 1 : 0; }
+  return caches_ == 1;
+}
+
+DeviceMemoryResource::~DeviceMemoryResource()
+{
+  if (res.has_value() && PyGILState_Check() != 0) { deferred_frees::flush(); }
+}
+
+// ------------------------------------------------------------------------------------
+// Deferred frees
+// ------------------------------------------------------------------------------------
+
+namespace deferred_frees {
+namespace {
+
+struct entry {
+  device_resource res;
+  void* ptr;
+  std::size_t bytes;
+  std::size_t alignment;
+  cudaStream_t stream;
+  int device;
+
+  void free() noexcept
+  {
+    std::optional<rmm::cuda_set_device_raii> guard;
+    if (device >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device}); }
+    res.deallocate(cuda::stream_ref{stream}, ptr, bytes, alignment);
+  }
+};
+
+/// Room for up to `capacity` entries, constructed in place as they arrive.
+class entries {
+ public:
+  entries() noexcept {}
+  entries(entries const&)            = delete;
+  entries& operator=(entries const&) = delete;
+  ~entries() {}  // only ever destroyed empty
+
+  [[nodiscard]] int count() const noexcept { return count_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+  void emplace(device_resource& res,
+               void* ptr,
+               std::size_t bytes,
+               std::size_t alignment,
+               cudaStream_t stream,
+               int device) noexcept
+  {
+    bytes_ += bytes;
+    new (&slots_[count_++].e) entry{std::move(res), ptr, bytes, alignment, stream, device};
+  }
+  /// Frees every entry's block and drops its resource copy (which may be the last).
+  void free_all() noexcept
+  {
+    for (int i = 0; i < count_; ++i) {
+      slots_[i].e.free();
+      slots_[i].e.~entry();
+    }
+    count_ = 0;
+    bytes_ = 0;
+  }
+
+ private:
+  union slot {
+    slot() noexcept {}
+    ~slot() {}
+    entry e;
+  };
+  slot slots_[capacity];
+  int count_{0};
+  std::size_t bytes_{0};
+};
+
+std::vector<predicate>& predicates()
+{
+  static std::vector<predicate> p;
+  return p;
+}
+
+#if !defined(Py_GIL_DISABLED)
+// Guarded by the GIL. The queue's storage is never freed: whatever a thread is still
+// freeing at exit stays valid.
+entries* queue = new entries;
+std::vector<entries*>& spares()
+{
+  static auto* s = new std::vector<entries*>;
+  return *s;
+}
+bool accepting{true};  // false once stop() ran
+#endif
+
+}  // namespace
+
+void register_cache(predicate p) { predicates().push_back(p); }
+
+bool caches(device_resource const& res) noexcept
+{
+  device_resource const* inner = &res;
+  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
+    inner = &owned->inner();
+  }
+  for (predicate p : predicates()) {
+    if (p(*inner)) { return true; }
+  }
+  return false;
+}
+
+bool defer(device_resource& res,
+           void* ptr,
+           std::size_t bytes,
+           std::size_t alignment,
+           cudaStream_t stream,
+           int device) noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  return false;
+#else
+  if (!accepting || queue->count() == capacity || bytes > byte_budget - queue->bytes() ||
+      (stream != nullptr && stream != cudaStreamLegacy)) {
+    return false;
+  }
+  queue->emplace(res, ptr, bytes, alignment, stream, device);
+  return true;
+#endif
+}
+
+PyThreadState* release_gil(void** taken) noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  if (queue->count() != 0) {
+    // Swap in empty storage under the GIL; other threads queue into it meanwhile.
+    entries* fresh = nullptr;
+    if (!spares().empty()) {
+      fresh = spares().back();
+      spares().pop_back();
+    } else {
+      fresh = new (std::nothrow) entries;
+    }
+    if (fresh != nullptr) {  // (without memory for a swap the queue waits for the next one)
+      entries* batch = std::exchange(queue, fresh);
+      *taken         = batch;
+      PyThreadState* state = PyEval_SaveThread();
+      batch->free_all();
+      return state;
+    }
+  }
+#endif
+  *taken = nullptr;
+  return PyEval_SaveThread();
+}
+
+void recycle(void* taken) noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  try {
+    spares().push_back(static_cast<entries*>(taken));
+  } catch (...) {
+    delete static_cast<entries*>(taken);  // empty
+  }
+#endif
+}
+
+void flush() noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  if (queue->count() != 0) { gil_release release; }
+#endif
+}
+
+void stop() noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  accepting = false;
+  flush();
+#endif
+}
+
+std::pair<int, std::size_t> pending() noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  return {queue->count(), queue->bytes()};
+#else
+  return {0, 0};
+#endif
+}
+
+}  // namespace deferred_frees
+
 DeviceMemoryResource& resource_arg(nb::handle obj, char const* param)
 {
   if (resource_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), resource_type) &&
@@ -385,7 +579,7 @@ be the upstream of any adaptor, a buffer's ``mr`` and the current device resourc
         std::size_t const n   = parse_size(nbytes, "nbytes");
         cuda::stream_ref const s = stream_arg(stream, "stream");
         device_resource& res  = self.get();
-        nb::gil_scoped_release release;
+        gil_release release;
         return reinterpret_cast<std::uintptr_t>(res.allocate(s, n, alignment));
       },
       nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
@@ -418,7 +612,7 @@ MemoryError
         std::size_t const n   = parse_size(nbytes, "nbytes");
         cuda::stream_ref const s = stream_arg(stream, "stream");
         device_resource& res  = self.get();
-        nb::gil_scoped_release release;
+        gil_release release;
         res.deallocate(s, reinterpret_cast<void*>(ptr), n, alignment);
       },
       nb::arg("ptr"), nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
@@ -498,6 +692,9 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
         return self.upstream.is_valid() ? self.upstream : nb::none();
       },
       "The upstream resource object this adaptor was created with.");
+
+  m.def("_stop_deferring_frees", &deferred_frees::stop,
+        "Free the deferred frees and free at once from now on (run at interpreter exit).");
 }
 
 }  // namespace nbrmm

@@ -206,6 +206,12 @@ class python_resource {
 
 /// Backing struct of `nbrmm.mr.DeviceMemoryResource` and all its subclasses.
 struct DeviceMemoryResource {
+  DeviceMemoryResource()                                   = default;
+  DeviceMemoryResource(DeviceMemoryResource&&)             = default;
+  DeviceMemoryResource& operator=(DeviceMemoryResource&&)  = default;
+  /// Performs the deferred frees: they may hold the last C++ copy of this resource.
+  ~DeviceMemoryResource();
+
   device_resource res;          ///< the owning librmm resource (empty only after GC clear)
   int device{-1};               ///< CUDA device active when the resource was created
   bool host_accessible{false};  ///< memory can be read by the host
@@ -223,9 +229,13 @@ struct DeviceMemoryResource {
   /// python_state(res), worked out once: `res` is set once, when the object is made.
   [[nodiscard]] python_resource::state const* callables() noexcept;
 
+  /// deferred_frees::caches(res), worked out once.
+  [[nodiscard]] bool caches() noexcept;
+
  private:
   python_resource::state const* callables_{nullptr};
   bool callables_known_{false};
+  signed char caches_{-1};  ///< -1: not worked out yet
 };
 
 /// Backing struct of `nbrmm.mr.UpstreamResourceAdaptor` (adaptors derive from it).
@@ -272,6 +282,96 @@ class python_owned_resource {
 /// python_owned_resource), or nullptr for any other resource.
 python_resource::state const* python_state(device_resource const& res) noexcept;
 python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept;
+
+// ------------------------------------------------------------------------------------
+// Deferred frees
+// ------------------------------------------------------------------------------------
+
+/// Frees that wait for nbrmm's next GIL release (see docs/design.md, "Deferred frees").
+///
+/// Freeing memory releases the GIL, because a deallocate may block or enter CUDA. When
+/// a Buffer (or memory lent to CuPy) dies with the GIL held, a small block on the legacy
+/// default stream that goes back to a caching sub-allocator (pool, arena, fixed-size:
+/// their deallocate only returns the block to their own free lists, so no adaptor or
+/// upstream sees when it happens) is queued instead. Every window in which nbrmm
+/// releases the GIL frees the queue first: any allocation, any other free, any change of
+/// a per-device resource. The death of any resource object and interpreter exit free it
+/// too. At most `capacity` blocks and `byte_budget` bytes wait; with the GIL disabled
+/// nothing is deferred.
+namespace deferred_frees {
+
+inline constexpr int capacity                 = 16;
+inline constexpr std::size_t byte_budget      = std::size_t{1} << 20;
+
+/// Recognises a resource type whose deallocate only refills its own cache.
+using predicate = bool (*)(device_resource const& res) noexcept;
+
+/// Registers a caching resource type (called by the bind_* functions).
+void register_cache(predicate p);
+
+/// Registers the librmm resource type `T` as a caching resource.
+template <class T>
+void register_cache()
+{
+  register_cache([](device_resource const& res) noexcept {
+    return cuda::mr::resource_cast<T>(&res) != nullptr;
+  });
+}
+
+/// Whether frees to `res` may wait: it is (or, as a per-device entry set from Python,
+/// wraps) a registered caching resource.
+bool caches(device_resource const& res) noexcept;
+
+/// Queues the free of `ptr` (`bytes`, `alignment`) to `res` on `stream`, moving `res`
+/// into the queue, when `stream` is the legacy default stream, the queue has room and
+/// deferral is still on. The caller holds the GIL and has checked caches(res).
+/// Returns false (and leaves `res` alone) when the caller must free now.
+bool defer(device_resource& res,
+           void* ptr,
+           std::size_t bytes,
+           std::size_t alignment,
+           cudaStream_t stream,
+           int device) noexcept;
+
+/// Releases the GIL and performs the queued frees: with the GIL held, the queue's
+/// storage is swapped for an empty one (`*taken` receives it, or null when nothing was
+/// queued), then the GIL is released and the taken frees are done. Returns the thread
+/// state for PyEval_RestoreThread; give `*taken` back with recycle() once the GIL is
+/// held again.
+PyThreadState* release_gil(void** taken) noexcept;
+
+/// Returns storage taken by release_gil (call with the GIL held).
+void recycle(void* taken) noexcept;
+
+/// Performs the queued frees now (releasing the GIL only if there are any). Call with
+/// the GIL held.
+void flush() noexcept;
+
+/// Frees the queue and stops deferring (at interpreter exit). Call with the GIL held.
+void stop() noexcept;
+
+/// Number of queued frees and their bytes.
+std::pair<int, std::size_t> pending() noexcept;
+
+}  // namespace deferred_frees
+
+/// nbrmm's scoped GIL release: like nb::gil_scoped_release, and it first performs the
+/// deferred frees. Use it around every call that may allocate, free, block or enter CUDA.
+class gil_release {
+ public:
+  gil_release() noexcept : state_{deferred_frees::release_gil(&taken_)} {}
+  gil_release(gil_release const&)            = delete;
+  gil_release& operator=(gil_release const&) = delete;
+  ~gil_release()
+  {
+    PyEval_RestoreThread(state_);
+    if (taken_ != nullptr) { deferred_frees::recycle(taken_); }
+  }
+
+ private:
+  void* taken_{nullptr};
+  PyThreadState* state_;
+};
 
 /// Returns the nbrmm resource behind a Python object, or raises TypeError naming `param`.
 DeviceMemoryResource& resource_arg(nb::handle obj, char const* param);

@@ -85,7 +85,7 @@ void replace_entry(int device, device_resource entry)
 {
   device_resource old =
     rmm::mr::set_per_device_resource(rmm::cuda_device_id{device}, std::move(entry));
-  nb::gil_scoped_release release;
+  gil_release release;
   old = device_resource{};
 }
 

@@ -72,7 +72,7 @@ MemoryError
         }
         if (!initial) {
           {
-            nb::gil_scoped_release release;
+            gil_release release;
             initial = rmm::percent_of_free_device_memory(50);
           }
           initial = rmm::align_down(std::min(*initial, maximum.value_or(*initial)),
@@ -93,6 +93,7 @@ MemoryError
       [](PoolMemoryResource& self) { return resource_as<pool_resource>(self).pool_size(); },
       "Bytes the pool currently holds from its upstream (in use or free).");
   register_adaptor_wrapper<PoolMemoryResource, pool_resource>();
+  deferred_frees::register_cache<pool_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

@@ -5,10 +5,15 @@
 // "floor" under any binding), side by side.
 #include "nb_rmm.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 namespace nbrmm {
 namespace {
@@ -111,6 +116,82 @@ class host_heap_resource {
   friend void get_property(host_heap_resource const&, cuda::mr::host_accessible) noexcept {}
 };
 
+/// A caching C++ host resource, like librmm's pool in miniature: freed blocks go to its
+/// own free lists (so it is registered as a caching resource, whose frees may wait; see
+/// deferred_frees), and it fails with out_of_memory past `limit` bytes in use. Copies
+/// share the state.
+class host_cache_resource {
+ public:
+  explicit host_cache_resource(std::size_t limit) : state_{std::make_shared<state>(limit)} {}
+
+  void* allocate_sync(std::size_t bytes, std::size_t alignment)
+  {
+    if (bytes == 0) { return nullptr; }
+    std::size_t const rounded = round(bytes, alignment);
+    std::lock_guard lock{state_->mutex};
+    if (rounded > state_->limit - state_->live) {
+      throw rmm::out_of_memory{"host cache: " + std::to_string(bytes) + " bytes exceed the limit"};
+    }
+    void* p = nullptr;
+    if (auto it = state_->free.find(rounded); it != state_->free.end()) {
+      p = it->second;
+      state_->free.erase(it);
+    } else {
+      p = std::aligned_alloc(default_alignment, rounded);
+      if (p == nullptr) { throw rmm::out_of_memory{"host cache: out of memory"}; }
+    }
+    state_->live += rounded;
+    return p;
+  }
+  void deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    if (ptr == nullptr) { return; }
+    std::size_t const rounded = round(bytes, alignment);
+    std::lock_guard lock{state_->mutex};
+    state_->live -= rounded;
+    state_->free.emplace(rounded, ptr);
+  }
+  void* allocate(cuda::stream_ref, std::size_t bytes, std::size_t alignment)
+  {
+    return allocate_sync(bytes, alignment);
+  }
+  void deallocate(cuda::stream_ref, void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    deallocate_sync(ptr, bytes, alignment);
+  }
+  /// Bytes handed out and not yet freed.
+  [[nodiscard]] std::size_t live() const
+  {
+    std::lock_guard lock{state_->mutex};
+    return state_->live;
+  }
+  bool operator==(host_cache_resource const& o) const noexcept { return state_ == o.state_; }
+  bool operator!=(host_cache_resource const& o) const noexcept { return !(*this == o); }
+  friend void get_property(host_cache_resource const&, cuda::mr::device_accessible) noexcept {}
+  friend void get_property(host_cache_resource const&, cuda::mr::host_accessible) noexcept {}
+
+ private:
+  static std::size_t round(std::size_t bytes, std::size_t alignment)
+  {
+    alignment = std::max(alignment, default_alignment);
+    return (bytes + alignment - 1) / alignment * alignment;
+  }
+  struct state {
+    explicit state(std::size_t l) : limit{l} {}
+    state(state const&)            = delete;
+    state& operator=(state const&) = delete;
+    ~state()
+    {
+      for (auto& [size, p] : free) { std::free(p); }
+    }
+    std::mutex mutex;
+    std::size_t limit;
+    std::size_t live{0};
+    std::unordered_multimap<std::size_t, void*> free;
+  };
+  std::shared_ptr<state> state_;
+};
+
 }  // namespace
 
 /// ns per GIL release + re-acquire pair, measured in a C++ loop (called with the GIL held).
@@ -155,6 +236,47 @@ Returns
 -------
 DeviceMemoryResource
     A generic wrapper of the C++ resource; its memory is host-accessible.)doc");
+  deferred_frees::register_cache<host_cache_resource>();
+  t.def(
+    "host_cache_resource",
+    [](nb::handle limit) {
+      std::size_t const cap =
+        limit.is_none() ? std::numeric_limits<std::size_t>::max() : parse_size(limit, "limit");
+      return make_resource_object<DeviceMemoryResource>(device_resource{host_cache_resource{cap}},
+                                                        -1, nb::none(), true);
+    },
+    nb::arg("limit") = nb::none(),
+    R"doc(A caching C++ resource over the host heap, created by C++.
+
+Freed blocks go to the resource's own free lists, as in librmm's pool, so its frees may
+wait in nbrmm's deferred-free queue. Lets that queue be tested without a GPU.
+
+Parameters
+----------
+limit : int or str, optional
+    Most bytes in use at once; beyond it allocations raise ``nbrmm.OutOfMemory``.
+    Unlimited by default.
+
+Returns
+-------
+DeviceMemoryResource
+    A generic wrapper of the C++ resource; its memory is host-accessible.)doc");
+  t.def(
+    "live_bytes",
+    [](nb::handle mr) {
+      auto const* res =
+        cuda::mr::resource_cast<host_cache_resource>(&resource_arg(mr, "mr").get());
+      if (res == nullptr) { throw nb::type_error("mr: not a host_cache_resource()"); }
+      return res->live();
+    },
+    nb::arg("mr"), "Bytes a :func:`host_cache_resource` has handed out and not had back.");
+  t.def(
+    "deferred_frees",
+    []() { return deferred_frees::pending(); },
+    "The frees waiting for nbrmm's next GIL release: ``(count, bytes)``.");
+  t.def(
+    "flush_deferred_frees", []() { deferred_frees::flush(); },
+    "Perform the frees waiting for nbrmm's next GIL release now.");
   t.def("gil_round_trip_ns", &gil_round_trip_ns, nb::arg("iterations"),
         "ns per GIL release + re-acquire pair (the cost every allocating call pays twice).");
   t.def("current_device_ns", &current_device_ns, nb::arg("iterations"),

@@ -53,7 +53,7 @@ capture_stacks : bool, optional
       "log_outstanding_allocations",
       [](TrackingResourceAdaptor& self) {
         auto& tracking = resource_as<tracking_adaptor>(self);
-        nb::gil_scoped_release release;
+        gil_release release;
         tracking.log_outstanding_allocations();
       },
       R"doc(Write :meth:`get_outstanding_allocations_str` to librmm's debug log (at debug

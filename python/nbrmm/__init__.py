@@ -73,6 +73,9 @@ def get_include():
 # Python objects held in librmm's per-device map are released before the interpreter
 # shuts down; C++ keeps using the resources themselves.
 _atexit.register(_nbrmm._release_python_objects)
+# Frees that wait for nbrmm's next GIL release are done before the interpreter shuts
+# down; later frees happen at once.
+_atexit.register(_nbrmm._stop_deferring_frees)
 
 __all__ = [
     "BadAlloc",
