@@ -314,14 +314,16 @@ def test_librmm_caching_resources_defer(name):
     mr = CACHING[name]()
     buf = nbrmm.Buffer(256, mr=mr)
     buf.copy_from_host(bytes(range(256)))
-    ptr = buf.ptr
     del buf
     assert _testing.deferred_frees() == (1, 256)
-    again = nbrmm.Buffer(256, mr=mr)  # the queue is freed first: the block is reused
+    again = nbrmm.Buffer(256, mr=mr)  # the queue is freed first
     assert _testing.deferred_frees() == (0, 0)
-    assert again.ptr == ptr
     again.copy_from_host(b"\xff" * 256)
     assert again.tobytes() == b"\xff" * 256
+    del again
+    assert _testing.deferred_frees() == (1, 256)
+    del mr  # the resource object's death frees the queue (and the resource)
+    assert _testing.deferred_frees() == (0, 0)
 
 
 OTHERS = {
@@ -396,18 +398,32 @@ def test_cupy_memory_from_a_caching_resource_defers():
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=arena)):
         a = cupy.arange(64, dtype=cupy.uint32)
         assert int(a.sum()) == 64 * 63 // 2
+        _testing.flush_deferred_frees()  # the sum's temporary result
         del a
         assert _testing.deferred_frees() == (1, 256)
         b = cupy.zeros(64, dtype=cupy.uint32)  # frees the queue first
         assert _testing.deferred_frees() == (0, 0)
         assert int(b.sum()) == 0
         del b
-    nbrmm.mr.set_current_device_resource(arena)
+    nbrmm.mr.set_current_device_resource(arena)  # frees the queue
+    assert _testing.deferred_frees() == (0, 0)
     with cupy.cuda.using_allocator(hook.rmm_cupy_allocator):
         c = cupy.ones(16, dtype=cupy.uint8)
         del c
         assert _testing.deferred_frees() == (1, 16)
-    # The arena object dies with a block queued for its C++ resource: freed with it.
     nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaMemoryResource())
-    del arena
     assert _testing.deferred_frees() == (0, 0)
+
+
+@pytest.mark.gpu
+def test_cupy_memory_on_another_stream_frees_at_once():
+    cupy = pytest.importorskip("cupy")
+    import nbrmm.allocators.cupy as hook
+
+    arena = CACHING["arena"]()
+    with cupy.cuda.Stream(non_blocking=True), cupy.cuda.using_allocator(
+        hook.cupy_allocator(mr=arena)
+    ):
+        a = cupy.empty(256, dtype=cupy.uint8)
+        del a
+        assert _testing.deferred_frees() == (0, 0)
