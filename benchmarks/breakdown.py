@@ -16,8 +16,11 @@ REPEAT = 31
 
 
 def round_robin(stmts, env):
-    """{name: [ns per run, one per repeat]} for every (name, statement)."""
-    timers = {name: timeit.Timer(stmt, globals=env) for name, stmt in stmts}
+    """{name: [ns per run, one per repeat]} for every (name, statement[, setup])."""
+    timers = {
+        name: timeit.Timer(stmt, setup=rest[0] if rest else "T.defer_frees(True)", globals=env)
+        for name, stmt, *rest in stmts
+    }
     runs = {name: [] for name in timers}
     for _ in range(REPEAT):
         for name, timer in timers.items():
@@ -37,7 +40,7 @@ def main():
     arena = nbrmm.mr.ArenaMemoryResource(cuda, arena_size=1 << 30)
     pool = nbrmm.mr.PoolMemoryResource(cuda, initial_pool_size=1 << 30)
     nbrmm.mr.set_current_device_resource(arena)
-    env = {"nbrmm": nbrmm, "B": nbrmm.Buffer, "mr": arena, "pool": pool, "cuda": cuda,
+    env = {"nbrmm": nbrmm, "T": _testing, "B": nbrmm.Buffer, "mr": arena, "pool": pool, "cuda": cuda,
            "S": nbrmm.DEFAULT_STREAM, "make": lambda: nbrmm.Buffer(256, mr=arena)}
     stmts = [
         ("timeit loop (pass)", "pass"),
@@ -46,6 +49,7 @@ def main():
         ("Buffer(0, mr=pool)", "B(0, mr=pool)"),
         ("Buffer(0, mr=cuda)", "B(0, mr=cuda)"),
         ("Buffer(256, mr=arena)", "B(256, mr=mr)"),
+        ("Buffer(256, mr=arena), frees not deferred", "B(256, mr=mr)", "T.defer_frees(False)"),
         ("Buffer(256, mr=arena, stream=DEFAULT_STREAM)", "B(256, mr=mr, stream=S)"),
         ("Buffer(256) (current resource)", "B(256)"),
         ("make() = lambda: Buffer(256, mr=arena)", "make()"),
@@ -53,7 +57,28 @@ def main():
         ("arena.deallocate(arena.allocate(256), 256)", "mr.deallocate(mr.allocate(256), 256)"),
         ("get_current_device_resource()", "nbrmm.mr.get_current_device_resource()"),
     ]
+    try:
+        import cupy
+
+        from nbrmm.allocators.cupy import cupy_allocator
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        cupy_pool = cupy.cuda.MemoryPool()
+        env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=cupy_allocator(mr=arena),
+                   cupy_pool=cupy_pool)
+        stmts += [
+            ("cupy.empty(256): CuPy's MemoryPool", "E(256, dtype=u1)",
+             "cupy.cuda.set_allocator(cupy_pool.malloc)"),
+            ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)",
+             "T.defer_frees(True); cupy.cuda.set_allocator(hook)"),
+            ("cupy.empty(256): nbrmm hook, frees not deferred", "E(256, dtype=u1)",
+             "T.defer_frees(False); cupy.cuda.set_allocator(hook)"),
+        ]
     runs = round_robin(stmts, env)
+    _testing.defer_frees(True)
+    if cupy is not None:
+        cupy.cuda.set_allocator(None)
     runs["C++ floor: arena allocate+deallocate 256 B"] = cpp_runs(
         lambda: _testing.allocate_round_trip_ns(arena, 256, 100000))
     runs["C++ floor: pool allocate+deallocate 256 B"] = cpp_runs(

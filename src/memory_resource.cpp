@@ -303,7 +303,8 @@ std::vector<entries*>& spares()
   static auto* s = new std::vector<entries*>;
   return *s;
 }
-bool accepting{true};  // false once stop() ran
+bool accepting{true};  // false when switched off, and for good once stop() ran
+bool stopped{false};
 #endif
 
 }  // namespace
@@ -388,7 +389,20 @@ void stop() noexcept
 {
 #if !defined(Py_GIL_DISABLED)
   accepting = false;
+  stopped   = true;
   flush();
+#endif
+}
+
+bool enable(bool on) noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  bool const was = accepting;
+  accepting      = on && !stopped;
+  if (!accepting) { flush(); }
+  return was;
+#else
+  return false;
 #endif
 }
 

@@ -347,8 +347,13 @@ void recycle(void* taken) noexcept;
 /// the GIL held.
 void flush() noexcept;
 
-/// Frees the queue and stops deferring (at interpreter exit). Call with the GIL held.
+/// Frees the queue and stops deferring for good (at interpreter exit). Call with the GIL
+/// held.
 void stop() noexcept;
+
+/// Turns deferral on or off (a measurement switch; it stays off after stop()). Returns
+/// whether it was on. Call with the GIL held.
+bool enable(bool on) noexcept;
 
 /// Number of queued frees and their bytes.
 std::pair<int, std::size_t> pending() noexcept;

@@ -277,6 +277,21 @@ DeviceMemoryResource
   t.def(
     "flush_deferred_frees", []() { deferred_frees::flush(); },
     "Perform the frees waiting for nbrmm's next GIL release now.");
+  t.def("defer_frees", &deferred_frees::enable, nb::arg("enabled"),
+        R"doc(Turn the deferral of frees on or off (to measure its effect).
+
+Turning it off performs the waiting frees. It cannot be turned on again after
+interpreter exit has begun.
+
+Parameters
+----------
+enabled : bool
+    Whether small frees to caching resources may wait for the next GIL release.
+
+Returns
+-------
+bool
+    Whether deferral was on before the call.)doc");
   t.def("gil_round_trip_ns", &gil_round_trip_ns, nb::arg("iterations"),
         "ns per GIL release + re-acquire pair (the cost every allocating call pays twice).");
   t.def("current_device_ns", &current_device_ns, nb::arg("iterations"),

@@ -236,6 +236,7 @@ def test_stop_frees_the_queue_and_ends_deferral():
         _stop_deferring_frees()
         assert _testing.deferred_frees() == (0, 0)
         assert _testing.live_bytes(cache) == 0
+        assert _testing.defer_frees(True) is False  # stays off for good
         nbrmm.Buffer(512, mr=cache)
         assert _testing.deferred_frees() == (0, 0)
         assert _testing.live_bytes(cache) == 0
@@ -427,3 +428,18 @@ def test_cupy_memory_on_another_stream_frees_at_once():
         a = cupy.empty(256, dtype=cupy.uint8)
         del a
         assert _testing.deferred_frees() == (0, 0)
+
+
+def test_deferral_can_be_switched_off_for_measurement(cache):
+    nbrmm.Buffer(256, mr=cache)
+    assert _testing.deferred_frees() == (1, 256)
+    assert _testing.defer_frees(False) is True  # switching off frees the queue
+    assert _testing.deferred_frees() == (0, 0)
+    try:
+        nbrmm.Buffer(256, mr=cache)
+        assert _testing.deferred_frees() == (0, 0)
+        assert _testing.live_bytes(cache) == 0
+    finally:
+        assert _testing.defer_frees(True) is False
+    nbrmm.Buffer(256, mr=cache)
+    assert _testing.deferred_frees() == (1, 256)
