@@ -283,9 +283,9 @@ class entries {
     ~slot() {}
     entry e;
   };
-  slot slots_[capacity];
   int count_{0};
   std::size_t bytes_{0};
+  slot slots_[capacity];
 };
 
 std::vector<predicate>& predicates()
@@ -298,11 +298,10 @@ std::vector<predicate>& predicates()
 // Guarded by the GIL. The queue's storage is never freed: whatever a thread is still
 // freeing at exit stays valid.
 entries* queue = new entries;
-std::vector<entries*>& spares()
-{
-  static auto* s = new std::vector<entries*>;
-  return *s;
-}
+// Empty storage to swap in; more is made only while several threads free at once.
+constexpr int spare_capacity = 8;
+entries* spares[spare_capacity] = {new entries};
+int spare_count                 = 1;
 bool accepting{true};  // false when switched off, and for good once stop() ran
 bool stopped{false};
 #endif
@@ -347,13 +346,7 @@ PyThreadState* release_gil(void** taken) noexcept
 #if !defined(Py_GIL_DISABLED)
   if (queue->count() != 0) {
     // Swap in empty storage under the GIL; other threads queue into it meanwhile.
-    entries* fresh = nullptr;
-    if (!spares().empty()) {
-      fresh = spares().back();
-      spares().pop_back();
-    } else {
-      fresh = new (std::nothrow) entries;
-    }
+    entries* fresh = spare_count > 0 ? spares[--spare_count] : new (std::nothrow) entries;
     if (fresh != nullptr) {  // (without memory for a swap the queue waits for the next one)
       entries* batch = std::exchange(queue, fresh);
       *taken         = batch;
@@ -370,10 +363,11 @@ PyThreadState* release_gil(void** taken) noexcept
 void recycle(void* taken) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  try {
-    spares().push_back(static_cast<entries*>(taken));
-  } catch (...) {
-    delete static_cast<entries*>(taken);  // empty
+  auto* storage = static_cast<entries*>(taken);
+  if (spare_count < spare_capacity) {
+    spares[spare_count++] = storage;
+  } else {
+    delete storage;  // empty
   }
 #endif
 }
