@@ -388,6 +388,16 @@ void stop() noexcept
 #endif
 }
 
+void forget() noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  if (queue->count() != 0) {
+    entries* fresh = new (std::nothrow) entries;
+    if (fresh != nullptr) { queue = fresh; }  // the old storage and its entries are leaked
+  }
+#endif
+}
+
 bool enable(bool on) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
@@ -703,6 +713,8 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
 
   m.def("_stop_deferring_frees", &deferred_frees::stop,
         "Free the deferred frees and free at once from now on (run at interpreter exit).");
+  m.def("_forget_deferred_frees", &deferred_frees::forget,
+        "Drop the deferred frees without performing them (run in a forked child).");
 }
 
 }  // namespace nbrmm

@@ -351,6 +351,10 @@ void flush() noexcept;
 /// held.
 void stop() noexcept;
 
+/// Drops the queue without freeing anything (in a forked child: the blocks and resources
+/// belong to the parent's CUDA context, which the child must not touch).
+void forget() noexcept;
+
 /// Turns deferral on or off (a measurement switch; it stays off after stop()). Returns
 /// whether it was on. Call with the GIL held.
 bool enable(bool on) noexcept;

@@ -443,3 +443,31 @@ def test_deferral_can_be_switched_off_for_measurement(cache):
         assert _testing.defer_frees(True) is False
     nbrmm.Buffer(256, mr=cache)
     assert _testing.deferred_frees() == (1, 256)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_child_drops_the_queue_without_freeing():
+    proc = _run(
+        """
+        import os
+        import nbrmm
+        from nbrmm._nbrmm import _testing
+
+        cache = _testing.host_cache_resource()
+        nbrmm.Buffer(512, mr=cache)
+        assert _testing.deferred_frees() == (1, 512)
+        pid = os.fork()
+        if pid == 0:
+            # The child's copy of the queue is gone and nothing was freed in the child.
+            ok = _testing.deferred_frees() == (0, 0) and _testing.live_bytes(cache) == 512
+            nbrmm.Buffer(256, mr=cache)  # deferral still works in the child
+            ok = ok and _testing.deferred_frees() == (1, 256)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, status
+        assert _testing.deferred_frees() == (1, 512)  # the parent's queue is untouched
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"

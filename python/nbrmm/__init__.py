@@ -6,6 +6,7 @@ the Python callables behind them are kept alive by whoever uses them, C++ includ
 """
 
 import atexit as _atexit
+import os as _os
 
 import librmm as _librmm
 
@@ -76,6 +77,9 @@ _atexit.register(_nbrmm._release_python_objects)
 # Frees that wait for nbrmm's next GIL release are done before the interpreter shuts
 # down; later frees happen at once.
 _atexit.register(_nbrmm._stop_deferring_frees)
+# A forked child must not free the parent's blocks (nor touch its CUDA context).
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
 
 __all__ = [
     "BadAlloc",
