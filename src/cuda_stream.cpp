@@ -196,7 +196,7 @@ nbrmm.CudaError
       "Block until all work queued on the stream has completed (releases the GIL).")
     .def(
       "is_default",
-      [](Stream const& s) { return s.handle == nullptr || s.handle == cudaStreamLegacy; },
+      [](Stream const& s) { return is_legacy_default(s.handle); },
       "Whether this is the (legacy) default stream.")
     .def(
       "is_per_thread_default",

@@ -126,9 +126,7 @@ class memory {
       return;
     }
     if (ptr_ == nullptr) { return; }
-    std::optional<rmm::cuda_set_device_raii> guard;
-    if (device_ >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device_}); }
-    res_.deallocate(stream_, ptr_, capacity_, alignment_);
+    deallocate_on_device(res_, stream_, ptr_, capacity_, alignment_, device_);
     ptr_ = nullptr;
   }
 
@@ -207,11 +205,6 @@ PyTypeObject* buffer_type = nullptr;
 
 Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
 
-bool is_default(cuda::stream_ref s)
-{
-  return s.get() == nullptr || s.get() == cudaStreamLegacy;
-}
-
 /// cudaMemcpyAsync on `s`, synchronizing when `s` is the default stream (as rmm does).
 void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
 {
@@ -219,7 +212,7 @@ void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
   gil_release release;
   auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
   if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
-  if (is_default(s)) {
+  if (is_legacy_default(s.get())) {
     status = cudaStreamSynchronize(s.get());
     if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
   }
@@ -431,7 +424,7 @@ nb::bytes to_bytes(Buffer& self, nb::handle stream)
   nb::object out     = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(b.size())));
   if (!out.is_valid()) { throw nb::python_error(); }
   copy_bytes(PyBytes_AS_STRING(out.ptr()), b.data(), b.size(), s);
-  if (!is_default(s)) {
+  if (!is_legacy_default(s.get())) {
     gil_release release;
     auto const status = cudaStreamSynchronize(s.get());
     if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }

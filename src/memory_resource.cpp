@@ -239,11 +239,11 @@ struct entry {
 
   void free() noexcept
   {
-    std::optional<rmm::cuda_set_device_raii> guard;
-    if (device >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device}); }
-    res.deallocate(cuda::stream_ref{stream}, ptr, bytes, alignment);
+    deallocate_on_device(res, cuda::stream_ref{stream}, ptr, bytes, alignment, device);
   }
 };
+
+}  // namespace
 
 /// Room for up to `capacity` entries, constructed in place as they arrive.
 class entries {
@@ -287,6 +287,8 @@ class entries {
   std::size_t bytes_{0};
   slot slots_[capacity];
 };
+
+namespace {
 
 std::vector<predicate>& predicates()
 {
@@ -333,7 +335,7 @@ bool defer(device_resource& res,
   return false;
 #else
   if (!accepting || queue->count() == capacity || bytes > byte_budget - queue->bytes() ||
-      (stream != nullptr && stream != cudaStreamLegacy)) {
+      !is_legacy_default(stream)) {
     return false;
   }
   queue->emplace(res, ptr, bytes, alignment, stream, device);
@@ -341,7 +343,7 @@ bool defer(device_resource& res,
 #endif
 }
 
-PyThreadState* release_gil(void** taken) noexcept
+PyThreadState* release_gil(entries** taken) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
   if (queue->count() != 0) {
@@ -360,14 +362,13 @@ PyThreadState* release_gil(void** taken) noexcept
   return PyEval_SaveThread();
 }
 
-void recycle(void* taken) noexcept
+void recycle(entries* taken) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  auto* storage = static_cast<entries*>(taken);
   if (spare_count < spare_capacity) {
-    spares[spare_count++] = storage;
+    spares[spare_count++] = taken;
   } else {
-    delete storage;  // empty
+    delete taken;  // empty
   }
 #endif
 }

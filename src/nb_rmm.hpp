@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -69,6 +70,12 @@ struct Stream {
 
   [[nodiscard]] cuda::stream_ref ref() const noexcept { return cuda::stream_ref{handle}; }
 };
+
+/// Whether `s` is the legacy default stream (spelled 0 or cudaStreamLegacy).
+inline bool is_legacy_default(cudaStream_t s) noexcept
+{
+  return s == nullptr || s == cudaStreamLegacy;
+}
 
 /// Converts any stream-like Python object (nbrmm.Stream or an object implementing
 /// `__cuda_stream__`) to a stream handle; raises TypeError naming `param` otherwise.
@@ -333,15 +340,18 @@ bool defer(device_resource& res,
            cudaStream_t stream,
            int device) noexcept;
 
+/// Storage of queued frees (defined in memory_resource.cpp).
+class entries;
+
 /// Releases the GIL and performs the queued frees: with the GIL held, the queue's
 /// storage is swapped for an empty one (`*taken` receives it, or null when nothing was
 /// queued), then the GIL is released and the taken frees are done. Returns the thread
 /// state for PyEval_RestoreThread; give `*taken` back with recycle() once the GIL is
 /// held again.
-PyThreadState* release_gil(void** taken) noexcept;
+PyThreadState* release_gil(entries** taken) noexcept;
 
 /// Returns storage taken by release_gil (call with the GIL held).
-void recycle(void* taken) noexcept;
+void recycle(entries* taken) noexcept;
 
 /// Performs the queued frees now (releasing the GIL only if there are any). Call with
 /// the GIL held.
@@ -378,7 +388,7 @@ class gil_release {
   }
 
  private:
-  void* taken_{nullptr};
+  deferred_frees::entries* taken_{nullptr};
   PyThreadState* state_;
 };
 
@@ -454,6 +464,20 @@ int current_device();
 
 /// Whether this process sees more than one CUDA device.
 bool multiple_devices() noexcept;
+
+/// Frees `ptr` to `res`, ordered on `stream`, with `device` (the device the memory lives
+/// on, -1 if unknown) current when the process sees several devices.
+inline void deallocate_on_device(device_resource& res,
+                                 cuda::stream_ref stream,
+                                 void* ptr,
+                                 std::size_t bytes,
+                                 std::size_t alignment,
+                                 int device) noexcept
+{
+  std::optional<rmm::cuda_set_device_raii> guard;
+  if (device >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device}); }
+  res.deallocate(stream, ptr, bytes, alignment);
+}
 
 /// Throws nbrmm.CudaError (rmm::cuda_error) for a failed CUDA call `what`, clearing the
 /// runtime's last-error state.
