@@ -1,11 +1,24 @@
 """Helpers shared by the tests (import from here, never from conftest)."""
 
 import ctypes
+import subprocess
+import sys
+import textwrap
 import threading
 
 import nbrmm.mr
 
 POOL_SIZE = 1 << 20  # every pool the GPU tests create stays this small
+
+
+def run_python(code, timeout=120):
+    """Run ``code`` (dedented) in a fresh interpreter; returns the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 _libc = ctypes.CDLL(None)
 _libc.malloc.restype = ctypes.c_void_p

@@ -1,8 +1,6 @@
 """The CuPy allocator hook (nbrmm.allocators.cupy)."""
 
 import gc
-import subprocess
-import sys
 import threading
 import weakref
 
@@ -10,7 +8,7 @@ import pytest
 
 import nbrmm
 import nbrmm.mr
-from helpers import HostHeap
+from helpers import HostHeap, run_python
 from nbrmm import _nbrmm
 
 
@@ -19,17 +17,13 @@ def _stat(mr, name):
     return counts[name] if isinstance(counts, dict) else getattr(counts, name)
 
 
-def _run(code):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-
-
 # ------------------------------------------------------------------------------------
 # CPU: importing, argument checking
 # ------------------------------------------------------------------------------------
 
 
 def test_import_nbrmm_imports_no_framework():
-    out = _run(
+    out = run_python(
         "import sys, nbrmm, nbrmm.mr, nbrmm.allocators\n"
         "print(sorted(m for m in ('cupy', 'torch', 'numba') if m in sys.modules))"
     )
@@ -46,7 +40,7 @@ def test_import_nbrmm_imports_no_framework():
     ],
 )
 def test_import_error_names_the_missing_package(module, package):
-    out = _run(
+    out = run_python(
         f"import sys\nsys.modules[{package!r}] = None\n"
         "try:\n"
         f"    import {module}\n"

@@ -6,9 +6,7 @@ to a queue; the next window in which nbrmm releases the GIL frees it. These test
 down when the queue is used, when it is emptied, and that nothing is lost.
 """
 
-import subprocess
-import sys
-import textwrap
+import os
 import threading
 
 import pytest
@@ -17,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import nbrmm
 import nbrmm.mr
+from helpers import run_python
 from nbrmm._nbrmm import _testing
 
 CAPACITY = 16
@@ -194,17 +193,8 @@ def test_threads_lose_nothing(cache):
     assert _testing.live_bytes(cache) == 0
 
 
-def _run(code):
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_exit_with_queued_frees():
-    proc = _run(
+    proc = run_python(
         """
         import atexit
         import nbrmm
@@ -225,7 +215,7 @@ def test_exit_with_queued_frees():
 
 
 def test_stop_frees_the_queue_and_ends_deferral():
-    proc = _run(
+    proc = run_python(
         """
         import nbrmm
         from nbrmm._nbrmm import _stop_deferring_frees, _testing
@@ -445,9 +435,9 @@ def test_deferral_can_be_switched_off_for_measurement(cache):
     assert _testing.deferred_frees() == (1, 256)
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_drops_the_queue_without_freeing():
-    proc = _run(
+    proc = run_python(
         """
         import os
         import nbrmm
