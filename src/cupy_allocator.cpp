@@ -115,15 +115,16 @@ void memory_dealloc(PyObject* self)
 {
   PyTypeObject* type = Py_TYPE(self);
   memory_fields* f   = fields_of(self);
+  int const device   = read_at<int>(self, cupy->device_off);
   if (f->ptr != nullptr && f->caches &&
-      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream,
-                            read_at<int>(self, cupy->device_off))) {
+      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream, device)) {
     f->ptr = nullptr;  // the queue frees it (and owns the resource copy now)
   }
   if (f->ptr != nullptr || f->res.has_value()) {
     gil_release release;
     if (f->ptr != nullptr) {
-      f->res.deallocate(cuda::stream_ref{f->stream}, f->ptr, f->bytes, default_alignment);
+      deallocate_on_device(f->res, cuda::stream_ref{f->stream}, f->ptr, f->bytes,
+                           default_alignment, device);
       f->ptr = nullptr;
     }
     f->res = device_resource{};  // may be the last copy of the resource: free it here too

@@ -181,7 +181,7 @@ struct Buffer : resource_holder {
   void release(bool may_defer = false) noexcept
   {
     if (!buf.has_value()) { return; }
-    bool const gil = PyGILState_Check() != 0;
+    bool const gil = holds_gil();
     if (may_defer && gil) { buf->defer_free(); }
     // An empty allocation frees nothing; its resource copy is not the last (`mr` owns one).
     bool const frees_nothing = buf->holds_nothing() && mr.is_valid() &&

@@ -219,7 +219,7 @@ bool DeviceMemoryResource::caches() noexcept
 
 DeviceMemoryResource::~DeviceMemoryResource()
 {
-  if (res.has_value() && PyGILState_Check() != 0) { deferred_frees::flush(); }
+  if (res.has_value() && holds_gil()) { deferred_frees::flush(); }
 }
 
 // ------------------------------------------------------------------------------------

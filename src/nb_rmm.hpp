@@ -77,6 +77,19 @@ inline bool is_legacy_default(cudaStream_t s) noexcept
   return s == nullptr || s == cudaStreamLegacy;
 }
 
+/// Whether this thread holds the GIL (has an attached thread state). From Python 3.12 on
+/// this reads the thread's own state directly, without PyGILState_Check's lookups.
+inline bool holds_gil() noexcept
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked() != nullptr;
+#elif PY_VERSION_HEX >= 0x030C0000
+  return _PyThreadState_UncheckedGet() != nullptr;
+#else
+  return PyGILState_Check() != 0;
+#endif
+}
+
 /// Converts any stream-like Python object (nbrmm.Stream or an object implementing
 /// `__cuda_stream__`) to a stream handle; raises TypeError naming `param` otherwise.
 cuda::stream_ref stream_arg(nb::handle obj, char const* param);
