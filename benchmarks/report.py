@@ -31,6 +31,16 @@ OVERHEAD_TARGET_NS = 250.0
 OVERHEAD_TARGET_RESOURCES = ("arena", "pool", "async")
 OVERHEAD_TARGET_SIZES = (256, 1 << 20)
 GET_CURRENT_TARGET_RATIO = 0.5
+#: Targets of the interleaved cases (bench_paired.py): the most a subject may take,
+#: as a multiple of each reference's time.
+PAIRED_RATIO_TARGETS = {
+    "cupy_empty": (("cupy", 1.0, "CuPy's MemoryPool"), ("rmm", 0.4, "rmm's rmm_cupy_allocator")),
+    "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
+}
+PAIRED_SUBJECTS = {
+    "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
+    "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
+}
 
 
 # ---------------------------------------------------------------------------------
@@ -62,7 +72,7 @@ class Result:
 
     @property
     def per_op_ns(self):
-        """ns per allocation (thread cases time ``ops`` allocations per call)."""
+        """ns per allocation (thread and paired cases time ``ops`` of them per call)."""
         return self.median_ns / self.info.get("ops", 1)
 
     @property
@@ -249,6 +259,59 @@ def target_section(results):
     )
     table = md_table(["target", "nbrmm", "rmm", "verdict"], rows, numeric=False)
     return "\n".join(["## Targets", "", table, "", note])
+
+
+def paired_section(results):
+    """The targets timed interleaved (bench_paired.py): subject and references per call."""
+    paired = [r for r in results if r.case == "paired"]
+    if not paired:
+        return None
+    rows = []
+    order = ("buffer_overhead", *PAIRED_RATIO_TARGETS)
+    for r in sorted(paired, key=lambda r: (rank(r.info.get("target"), order),
+                                           rank(r.info.get("resource"), RESOURCE_ORDER),
+                                           rank(r.impl, IMPL_ORDER))):
+        target, subject = r.info.get("target"), r.per_op_ns
+        refs = r.info.get("reference_ns") or {}
+        if target == "buffer_overhead":
+            floor = refs.get("floor")
+            over = None if floor is None else subject - floor
+            call = "Buffer" if r.impl == "nbrmm" else "DeviceBuffer"
+            what = f"{r.impl} `{call}({fmt_size(r.info.get('size'))}, mr={r.info.get('resource')})`"
+            if r.impl != "nbrmm" or over is None:
+                goal, verdict = DASH, DASH
+            else:
+                goal = f"− floor ≤ {OVERHEAD_TARGET_NS:.0f} ns"
+                verdict = "met" if over <= OVERHEAD_TARGET_NS else (
+                    f"**missed** by {fmt_time(over - OVERHEAD_TARGET_NS)}")
+            rows.append((what, fmt_time(subject), "C++ floor", fmt_time(floor), fmt_time(over),
+                         fmt_ratio(ratio(subject, floor)), goal, verdict))
+            continue
+        what = PAIRED_SUBJECTS.get(target, str(target))
+        for name, limit, label in PAIRED_RATIO_TARGETS.get(target, ()):
+            ref = refs.get(name)
+            rel = ratio(subject, ref)
+            if rel is None:
+                verdict = "not measured"
+            elif rel <= limit:
+                verdict = "met"
+            else:
+                verdict = f"**missed**: {rel:.2f}×"
+            rows.append((what, fmt_time(subject), label, fmt_time(ref),
+                         fmt_time(None if ref is None else subject - ref), fmt_ratio(rel),
+                         f"≤ {limit}×", verdict))
+    table = md_table(
+        ["subject", "per call", "reference", "reference per call", "difference", "ratio",
+         "target", "verdict"],
+        rows,
+        numeric=False,
+    )
+    note = (
+        "Every round timed a batch of the subject right after a batch of each reference "
+        "(pytest-benchmark's untimed setup), so both medians come from the same moments of "
+        "the machine; see `benchmarks/bench_paired.py`."
+    )
+    return "\n".join(["## Targets, timed interleaved", "", table, "", note])
 
 
 def time_comparison(results, case, title, intro, keys, row_label, key_title):
@@ -445,6 +508,7 @@ def render_markdown(results, doc):
         target_section(results),
     ]
     sections = [
+        paired_section(results),
         time_comparison(
             results,
             "buffer",

@@ -5,8 +5,8 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
 ``benchmarks/report.py`` builds its tables from those keys alone:
 
 ``case``
-    ``buffer``, ``allocate``, ``get_current``, ``set_current``, ``copy``, ``threads`` or
-    ``reference``.
+    ``buffer``, ``allocate``, ``get_current``, ``set_current``, ``copy``, ``threads``,
+    ``reference`` or ``paired``.
 ``impl``
     ``nbrmm``, ``rmm``, ``cupy``, ``torch``, ``cuda.core`` or ``python``.
 ``resource``
@@ -23,7 +23,11 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
 ``direction``, ``floor_gbps``, ``gbps``
     Copies.
 ``threads``, ``ops``
-    Thread throughput: threads used and allocations per timed call.
+    Thread throughput: threads used and allocations per timed call. Paired cases:
+    ``ops`` is the number of calls in each timed batch.
+``target``, ``reference_ns``
+    Paired cases (``bench_paired.py``): which target they time, and the median ns per
+    call of each reference timed alongside (``floor``, ``cupy``, ``rmm``, ``torch``).
 """
 
 import ctypes

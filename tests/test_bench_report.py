@@ -85,6 +85,17 @@ def synthetic(get_nbrmm_ns=100.0):
             "t4-n", 3_200_000, case="threads", impl="nbrmm", resource="pool", threads=4, ops=1600
         ),
         bench("t4-r", 6_400_000, case="threads", impl="rmm", resource="pool", threads=4, ops=1600),
+        # interleaved: 100 buffers in 45 µs (450 ns each) beside a 230 ns floor: 220 ns over
+        bench("p-buf-n", 45_000, case="paired", impl="nbrmm", target="buffer_overhead",
+              resource="arena", size=256, ops=100, reference_ns={"floor": 230.0}),
+        bench("p-buf-r", 90_000, case="paired", impl="rmm", target="buffer_overhead",
+              resource="arena", size=256, ops=100, reference_ns={"floor": 240.0}),
+        # cupy.empty: 2,000 ns beside CuPy's 1,900 ns (1.05x, missed) and rmm's 5,000 (0.40x)
+        bench("p-cupy", 200_000, case="paired", impl="nbrmm", target="cupy_empty",
+              resource="arena", size=256, ops=100, reference_ns={"cupy": 1900.0, "rmm": 5000.0}),
+        # torch.empty: 4,000 ns beside the caching allocator's 4,400 ns
+        bench("p-torch", 400_000, case="paired", impl="nbrmm", target="torch_empty",
+              resource="arena", size=256, ops=100, reference_ns={"torch": 4400.0}),
         bench("bench_object", 62, case="reference", impl="python", resource="object()"),
         bench("bench_unlabelled", 1234),
     ]
@@ -184,6 +195,30 @@ def test_targets_say_met_or_by_how_much_missed(run_report):
     assert row(md, "get_current_device_resource() ≤ 0.5× rmm's")[-1] == "met (0.34×)"
 
 
+def test_interleaved_targets_per_call(run_report):
+    md, _ = run_report(synthetic())
+    nb = row(md, "nbrmm `Buffer(256 B, mr=arena)`")
+    assert nb[1:] == ["450 ns", "C++ floor", "230 ns", "220 ns", "1.96×", "− floor ≤ 250 ns", "met"]
+    rm = row(md, "rmm `DeviceBuffer(256 B, mr=arena)`")
+    assert rm[1:5] == ["900 ns", "C++ floor", "240 ns", "660 ns"] and rm[-1] == "—"
+    cupy = [
+        cells
+        for line in md.splitlines()
+        if line.startswith("| `cupy.empty(256)`")
+        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
+    ]
+    assert [c[2:] for c in cupy] == [
+        ["CuPy's MemoryPool", "1,900 ns", "100 ns", "1.05×", "≤ 1.0×", "**missed**: 1.05×"],
+        ["rmm's rmm_cupy_allocator", "5,000 ns", "-3,000 ns", "0.40×", "≤ 0.4×", "met"],
+    ]
+    torch = row(md, "`torch.empty(256)`, nbrmm hook in a MemPool over arena")
+    assert torch[2:] == ["torch's caching allocator", "4,400 ns", "-400 ns", "0.91×", "≤ 1.0×", "met"]
+    # In the order of the report: targets, interleaved targets, then the tables.
+    assert md.index("## Targets") < md.index("## Targets, timed interleaved") < md.index(
+        "## Buffer create"
+    )
+
+
 def test_missed_get_current_target_reports_the_gap(run_report):
     md, _ = run_report(synthetic(get_nbrmm_ns=200.0))
     verdict = row(md, "get_current_device_resource() ≤ 0.5× rmm's")[-1]
@@ -263,8 +298,8 @@ def test_the_suite_json_feeds_the_report(report, tmp_path):
             "-p",
             "no:cacheprovider",
             "-k",
-            "nbrmm and (bench_buffer and host or bench_get_current_device_resource)"
-            " or bench_object",
+            "nbrmm and (bench_buffer and host or bench_get_current_device_resource"
+            " or bench_paired_buffer and host) or bench_object",
             f"--benchmark-json={out}",
         ],
         cwd=root,
@@ -280,6 +315,9 @@ def test_the_suite_json_feeds_the_report(report, tmp_path):
     assert info["case"] == "buffer" and info["impl"] == "nbrmm" and info["size"] == 256
     assert info["floor_kind"] == "allocate+deallocate" and info["floor_ns"] > 0
     assert by_name["bench_buffer[host-0B-nbrmm]"]["extra_info"]["floor_kind"] == "device_buffer"
+    paired = by_name["bench_paired_buffer[host-nbrmm]"]
+    assert paired["extra_info"]["ops"] > 1 and paired["extra_info"]["reference_ns"]["floor"] > 0
+    assert paired["stats"]["rounds"] > 100
 
     assert report.main([str(out), "--out", str(tmp_path)]) == 0
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
@@ -287,3 +325,4 @@ def test_the_suite_json_feeds_the_report(report, tmp_path):
     assert time_cell.match(row(md, "host, 256 B")[2])
     assert time_cell.match(row(md, "`get_current_device_resource()`")[1])
     assert time_cell.match(row(md, "`object()`")[1])
+    assert time_cell.match(row(md, "nbrmm `Buffer(256 B, mr=host)`")[1])
