@@ -37,27 +37,17 @@ WARMUP_ROUNDS = 50
 NBYTES = 256
 
 
-def _batch_of(fn, n=BATCH):
-    """A function calling ``fn`` ``n`` times, the batch pytest-benchmark times."""
-
-    def batch():
-        for _ in range(n):
-            fn()
-
-    return batch
-
-
-def _timed(fn, n=BATCH):
-    """ns per call of ``fn`` over one batch of ``n`` calls."""
-    batch = _batch_of(fn, n)
+def _timed(batch, ops=BATCH):
+    """ns per call over one run of ``batch`` (``ops`` calls)."""
     start = time.perf_counter_ns()
     batch()
-    return (time.perf_counter_ns() - start) / n
+    return (time.perf_counter_ns() - start) / ops
 
 
 class Interleaved:
-    """Times ``subject`` batches with pytest-benchmark; before each one, times a batch of
-    every reference (``{name: () -> ns per call}``) and keeps the samples."""
+    """Times ``batch`` (``ops`` calls of the subject, written out in one loop as timeit
+    does) with pytest-benchmark; before each run, times every reference
+    (``{name: () -> ns per call}``) and keeps the samples."""
 
     def __init__(self, benchmark, references, before_subject=None):
         self.benchmark = benchmark
@@ -71,10 +61,10 @@ class Interleaved:
         if self.before_subject is not None:
             self.before_subject()
 
-    def run(self, subject, batch=BATCH):
-        self.benchmark.extra_info["ops"] = batch
+    def run(self, batch, ops=BATCH):
+        self.benchmark.extra_info["ops"] = ops
         self.benchmark.pedantic(
-            _batch_of(subject, batch),
+            batch,
             setup=self._setup,
             rounds=ROUNDS,
             warmup_rounds=WARMUP_ROUNDS,
@@ -97,20 +87,21 @@ def bench_paired_buffer(benchmark, kind, impl):
     if lib is nbrmm:
         Buffer = nbrmm.Buffer
 
-        def subject():
-            Buffer(NBYTES, mr=mr)
+        def batch():
+            for _ in range(BATCH):
+                Buffer(NBYTES, mr=mr)
     else:
         DeviceBuffer = lib.DeviceBuffer
 
-        def subject():
-            DeviceBuffer(size=NBYTES, mr=mr)
+        def batch():
+            for _ in range(BATCH):
+                DeviceBuffer(size=NBYTES, mr=mr)
 
     record(benchmark, "paired", impl, target="buffer_overhead", resource=kind, size=NBYTES)
     benchmark.group = f"paired buffer {kind} {size_id(NBYTES)}"
-    for _ in range(BATCH):
-        subject()
+    batch()
     floor = {"floor": lambda: _testing.allocate_round_trip_ns(floor_mr, NBYTES, BATCH)}
-    Interleaved(benchmark, floor).run(subject)
+    Interleaved(benchmark, floor).run(batch)
 
 
 @pytest.mark.gpu
@@ -137,23 +128,24 @@ def bench_paired_cupy_empty(benchmark):
             allocators["rmm"] = rmm_cupy_allocator
         undo.callback(cupy.cuda.set_allocator, cupy.cuda.get_allocator())
 
-        def subject():
-            empty(NBYTES, dtype=uint8)
+        def batch():
+            for _ in range(BATCH):
+                empty(NBYTES, dtype=uint8)
 
         def reference(allocator):
             def timed():
                 cupy.cuda.set_allocator(allocator)
-                return _timed(subject)
+                return _timed(batch)
 
             return timed
 
         for allocator in [*allocators.values(), hook]:
             cupy.cuda.set_allocator(allocator)
-            _timed(subject)
+            batch()
         record(benchmark, "paired", "nbrmm", target="cupy_empty", resource="arena", size=NBYTES)
         benchmark.group = f"paired cupy.empty {size_id(NBYTES)}"
         references = {name: reference(a) for name, a in allocators.items()}
-        Interleaved(benchmark, references, lambda: cupy.cuda.set_allocator(hook)).run(subject)
+        Interleaved(benchmark, references, lambda: cupy.cuda.set_allocator(hook)).run(batch)
     cupy.cuda.Device().synchronize()
     pool.free_all_blocks()
 
@@ -168,8 +160,9 @@ def bench_paired_torch_empty(benchmark):
     empty, uint8 = torch.empty, torch.uint8
     pool = torch.cuda.MemPool(torch_allocator(make_resource(nbrmm, "arena")).allocator())
 
-    def subject():
-        empty(NBYTES, dtype=uint8, device="cuda")
+    def batch():
+        for _ in range(BATCH):
+            empty(NBYTES, dtype=uint8, device="cuda")
 
     with contextlib.ExitStack() as in_pool:
 
@@ -178,12 +171,12 @@ def bench_paired_torch_empty(benchmark):
 
         def caching_allocator():
             in_pool.close()  # leave the pool the previous round entered
-            return _timed(subject)
+            return _timed(batch)
 
         caching_allocator()
         enter_pool()
-        _timed(subject)
+        batch()
         record(benchmark, "paired", "nbrmm", target="torch_empty", resource="arena", size=NBYTES)
         benchmark.group = f"paired torch.empty {size_id(NBYTES)}"
-        Interleaved(benchmark, {"torch": caching_allocator}, enter_pool).run(subject)
+        Interleaved(benchmark, {"torch": caching_allocator}, enter_pool).run(batch)
     torch.cuda.synchronize()

@@ -296,7 +296,7 @@ def paired_section(results):
             elif rel <= limit:
                 verdict = "met"
             else:
-                verdict = f"**missed**: {rel:.2f}×"
+                verdict = f"**missed**: {rel:.3f}×"
             rows.append((what, fmt_time(subject), label, fmt_time(ref),
                          fmt_time(None if ref is None else subject - ref), fmt_ratio(rel),
                          f"≤ {limit}×", verdict))
