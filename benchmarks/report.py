@@ -756,9 +756,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", help="pytest-benchmark JSON (--benchmark-json)")
     parser.add_argument("--out", required=True, help="folder for report.md and report.png")
+    parser.add_argument(
+        "--commit",
+        help="the commit measured, when the checkout that ran the benchmarks had no "
+        "up-to-date git metadata (replaces pytest-benchmark's commit_info)",
+    )
     args = parser.parse_args(argv)
 
     results, doc = load(args.json)
+    if args.commit:
+        doc["commit_info"] = {"id": args.commit, "dirty": False}
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(render_markdown(results, doc), encoding="utf-8")

@@ -219,6 +219,14 @@ def test_interleaved_targets_per_call(run_report):
     )
 
 
+def test_commit_given_on_the_command_line_replaces_the_recorded_one(report, tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(synthetic()))
+    assert report.main([str(path), "--out", str(tmp_path), "--commit", "fedcba987654"]) == 0
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert row(md, "commit")[1] == "fedcba987654"
+
+
 def test_missed_get_current_target_reports_the_gap(run_report):
     md, _ = run_report(synthetic(get_nbrmm_ns=200.0))
     verdict = row(md, "get_current_device_resource() ≤ 0.5× rmm's")[-1]
