@@ -278,7 +278,9 @@ def paired_section(results):
             over = None if floor is None else subject - floor
             call = "Buffer" if r.impl == "nbrmm" else "DeviceBuffer"
             what = f"{r.impl} `{call}({fmt_size(r.info.get('size'))}, mr={r.info.get('resource')})`"
-            if r.impl != "nbrmm" or over is None:
+            if r.impl != "nbrmm" or over is None or (
+                r.info.get("resource") not in OVERHEAD_TARGET_RESOURCES
+            ):
                 goal, verdict = DASH, DASH
             else:
                 goal = f"− floor ≤ {OVERHEAD_TARGET_NS:.0f} ns"

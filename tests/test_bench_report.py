@@ -88,6 +88,8 @@ def synthetic(get_nbrmm_ns=100.0):
         # interleaved: 100 buffers in 45 µs (450 ns each) beside a 230 ns floor: 220 ns over
         bench("p-buf-n", 45_000, case="paired", impl="nbrmm", target="buffer_overhead",
               resource="arena", size=256, ops=100, reference_ns={"floor": 230.0}),
+        bench("p-host-n", 300_000, case="paired", impl="nbrmm", target="buffer_overhead",
+              resource="host", size=256, ops=100, reference_ns={"floor": 2000.0}),
         bench("p-buf-r", 90_000, case="paired", impl="rmm", target="buffer_overhead",
               resource="arena", size=256, ops=100, reference_ns={"floor": 240.0}),
         # cupy.empty: 2,000 ns beside CuPy's 1,900 ns (1.05x, missed) and rmm's 5,000 (0.40x)
@@ -199,6 +201,8 @@ def test_interleaved_targets_per_call(run_report):
     md, _ = run_report(synthetic())
     nb = row(md, "nbrmm `Buffer(256 B, mr=arena)`")
     assert nb[1:] == ["450 ns", "C++ floor", "230 ns", "220 ns", "1.96×", "− floor ≤ 250 ns", "met"]
+    # the host kind (Python callables) has no target
+    assert row(md, "nbrmm `Buffer(256 B, mr=host)`")[-2:] == ["—", "—"]
     rm = row(md, "rmm `DeviceBuffer(256 B, mr=arena)`")
     assert rm[1:5] == ["900 ns", "C++ floor", "240 ns", "660 ns"] and rm[-1] == "—"
     cupy = [
