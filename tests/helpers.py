@@ -21,13 +21,17 @@ def run_python(code, timeout=120):
     )
 
 _libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.aligned_alloc.restype = ctypes.c_void_p
+_libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
+
+#: What every librmm resource guarantees, and what adaptors (aligned, ...) rely on.
+ALIGNMENT = 256
 
 
 class HostHeap:
-    """malloc/free callbacks that record every call and the bytes in use.
+    """Host-memory callbacks (``aligned_alloc``/``free``, 256-byte aligned as librmm's
+    resources are) that record every call and the bytes in use.
 
     Used to run resources over host memory, so that the CPU suite exercises real
     allocation paths without a GPU.
@@ -39,9 +43,10 @@ class HostHeap:
         self.calls = []
 
     def allocate(self, nbytes, stream):
-        ptr = _libc.malloc(max(nbytes, 1))
+        size = (max(nbytes, 1) + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        ptr = _libc.aligned_alloc(ALIGNMENT, size)
         if not ptr:
-            raise MemoryError(f"malloc({nbytes}) failed")
+            raise MemoryError(f"aligned_alloc({ALIGNMENT}, {size}) failed")
         with self.lock:
             self.live[ptr] = nbytes
             self.calls.append(("allocate", nbytes, ptr))
