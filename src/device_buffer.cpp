@@ -1,7 +1,8 @@
 // nbrmm.Buffer and the rmm-compatible nbrmm.DeviceBuffer (rmm/device_buffer.hpp).
 //
-// A Buffer owns an rmm::device_buffer, which owns a C++ copy of its resource, and keeps
-// the Python resource object (`mr`) and stream object alive. Every call that allocates
+// A Buffer owns its memory and co-owns the C++ copy of its resource that the resource
+// object keeps for its Buffers (memory handed over by C++ stays an rmm::device_buffer
+// with its own copy), and keeps the Python resource object (`mr`) and stream object alive. Every call that allocates
 // passes its resource to C++ explicitly; `mr=None` means the current device resource,
 // read from librmm's per-device map at call time.
 #include "nb_rmm.hpp"
@@ -31,12 +32,12 @@ class memory {
   memory(std::size_t n,
          std::size_t alignment,
          cuda::stream_ref stream,
-         device_resource const& res,
+         std::shared_ptr<device_resource> const& res,
          int device,
          bool caches)
     : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}, caches_{caches}
   {
-    if (n != 0) { ptr_ = res_.allocate(stream_, n, alignment_); }
+    if (n != 0) { ptr_ = res_->allocate(stream_, n, alignment_); }
     size_ = capacity_ = n;
   }
   explicit memory(rmm::device_buffer&& adopted)
@@ -78,7 +79,8 @@ class memory {
   /// The Python callables behind the resource that frees this memory, if any.
   [[nodiscard]] python_resource::state const* callables() const noexcept
   {
-    return adopted_ ? nbrmm::python_state(adopted_->memory_resource()) : nbrmm::python_state(res_);
+    return adopted_ ? nbrmm::python_state(adopted_->memory_resource())
+                    : nbrmm::python_state(*res_);
   }
 
   void reserve(std::size_t n, cuda::stream_ref s)
@@ -105,16 +107,16 @@ class memory {
   /// Moves the contents into a new allocation of `n` bytes, ordered on `s`.
   void reallocate(std::size_t n, cuda::stream_ref s)
   {
-    void* fresh = n != 0 ? res_.allocate(s, n, alignment_) : nullptr;
+    void* fresh = n != 0 ? res_->allocate(s, n, alignment_) : nullptr;
     std::size_t const keep = std::min(size_, n);
     if (keep != 0) {
       auto const status = cudaMemcpyAsync(fresh, ptr_, keep, cudaMemcpyDefault, s.get());
       if (status != cudaSuccess) {
-        res_.deallocate(s, fresh, n, alignment_);
+        res_->deallocate(s, fresh, n, alignment_);
         throw_cuda_error(status, "cudaMemcpyAsync");
       }
     }
-    if (ptr_ != nullptr) { res_.deallocate(s, ptr_, capacity_, alignment_); }
+    if (ptr_ != nullptr) { res_->deallocate(s, ptr_, capacity_, alignment_); }
     ptr_      = fresh;
     capacity_ = n;
   }
@@ -126,11 +128,11 @@ class memory {
       return;
     }
     if (ptr_ == nullptr) { return; }
-    deallocate_on_device(res_, stream_, ptr_, capacity_, alignment_, device_);
+    deallocate_on_device(*res_, stream_, ptr_, capacity_, alignment_, device_);
     ptr_ = nullptr;
   }
 
-  device_resource res_;
+  std::shared_ptr<device_resource> res_;  ///< a share of the resource object's copy
   void* ptr_{nullptr};
   std::size_t size_{0};
   std::size_t capacity_{0};
@@ -183,7 +185,8 @@ struct Buffer : resource_holder {
     if (!buf.has_value()) { return; }
     bool const gil = holds_gil();
     if (may_defer && gil) { buf->defer_free(); }
-    // An empty allocation frees nothing; its resource copy is not the last (`mr` owns one).
+    // An empty allocation frees nothing; its share of the resource is not the last (`mr`
+    // holds one until it is cleared).
     bool const frees_nothing = buf->holds_nothing() && mr.is_valid() &&
                                nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value();
     if (!frees_nothing && gil) {
@@ -303,7 +306,7 @@ std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* par
 void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr, nb::object stream)
 {
   auto* r              = nb::inst_ptr<DeviceMemoryResource>(mr);
-  device_resource& res = r->get();
+  std::shared_ptr<device_resource> const& res = r->shared();
   cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
   new (self) Buffer{};
   try {

@@ -211,6 +211,22 @@ python_resource::state const* DeviceMemoryResource::callables() noexcept
   return callables_;
 }
 
+std::shared_ptr<device_resource> const& DeviceMemoryResource::shared()
+{
+#if defined(Py_GIL_DISABLED)
+  static std::mutex lock;  // made once per object; threads may race to make it
+  std::lock_guard<std::mutex> guard{lock};
+#endif
+  if (!shared_) { shared_ = std::make_shared<device_resource>(get()); }
+  return shared_;
+}
+
+void DeviceMemoryResource::clear() noexcept
+{
+  shared_.reset();
+  res = device_resource{};
+}
+
 bool DeviceMemoryResource::caches() noexcept
 {
   if (caches_ < 0) { caches_ = res.has_value() && deferred_frees::caches(res) ? 1 : 0; }
@@ -229,8 +245,11 @@ DeviceMemoryResource::~DeviceMemoryResource()
 namespace deferred_frees {
 namespace {
 
+/// One queued free. Its resource is kept alive either by a Buffer's share of its
+/// resource object's copy (`shared`) or by a copy of its own (`own`).
 struct entry {
-  device_resource res;
+  std::shared_ptr<device_resource> shared;
+  device_resource own;
   void* ptr;
   std::size_t bytes;
   std::size_t alignment;
@@ -239,7 +258,8 @@ struct entry {
 
   void free() noexcept
   {
-    deallocate_on_device(res, cuda::stream_ref{stream}, ptr, bytes, alignment, device);
+    deallocate_on_device(shared ? *shared : own, cuda::stream_ref{stream}, ptr, bytes, alignment,
+                         device);
   }
 };
 
@@ -256,7 +276,8 @@ class entries {
   [[nodiscard]] int count() const noexcept { return count_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
-  void emplace(device_resource& res,
+  void emplace(std::shared_ptr<device_resource>&& shared,
+               device_resource&& own,
                void* ptr,
                std::size_t bytes,
                std::size_t alignment,
@@ -264,7 +285,8 @@ class entries {
                int device) noexcept
   {
     bytes_ += bytes;
-    new (&slots_[count_++].e) entry{std::move(res), ptr, bytes, alignment, stream, device};
+    new (&slots_[count_++].e)
+      entry{std::move(shared), std::move(own), ptr, bytes, alignment, stream, device};
   }
   /// Frees every entry's block and drops its resource copy (which may be the last).
   void free_all() noexcept
@@ -324,6 +346,21 @@ bool caches(device_resource const& res) noexcept
   return false;
 }
 
+namespace {
+
+/// Whether a free of `bytes` on `stream` may join the queue now.
+bool has_room(std::size_t bytes, cudaStream_t stream) noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  return false;
+#else
+  return accepting && queue->count() != capacity && bytes <= byte_budget - queue->bytes() &&
+         is_legacy_default(stream);
+#endif
+}
+
+}  // namespace
+
 bool defer(device_resource& res,
            void* ptr,
            std::size_t bytes,
@@ -331,16 +368,25 @@ bool defer(device_resource& res,
            cudaStream_t stream,
            int device) noexcept
 {
-#if defined(Py_GIL_DISABLED)
-  return false;
-#else
-  if (!accepting || queue->count() == capacity || bytes > byte_budget - queue->bytes() ||
-      !is_legacy_default(stream)) {
-    return false;
-  }
-  queue->emplace(res, ptr, bytes, alignment, stream, device);
-  return true;
+  if (!has_room(bytes, stream)) { return false; }
+#if !defined(Py_GIL_DISABLED)
+  queue->emplace({}, std::move(res), ptr, bytes, alignment, stream, device);
 #endif
+  return true;
+}
+
+bool defer(std::shared_ptr<device_resource>& res,
+           void* ptr,
+           std::size_t bytes,
+           std::size_t alignment,
+           cudaStream_t stream,
+           int device) noexcept
+{
+  if (!has_room(bytes, stream)) { return false; }
+#if !defined(Py_GIL_DISABLED)
+  queue->emplace(std::move(res), {}, ptr, bytes, alignment, stream, device);
+#endif
+  return true;
 }
 
 PyThreadState* release_gil(entries** taken) noexcept
@@ -476,15 +522,21 @@ nb::object wrap_resource(device_resource const& res, int device)
 
 namespace {
 
-/// The Python callables that only this object owns: every C++ copy of them is either this
-/// object's own or held by an nbrmm Buffer that references this object (the buffers'
-/// finalizers free their memory and drop their copies before any cycle is cleared).
+/// The Python callables that only this object owns: every C++ use of them is either this
+/// object's own or an nbrmm Buffer's that references this object (the buffers'
+/// finalizers free their memory and drop their uses before any cycle is cleared). A
+/// Buffer uses them through a copy of its own (adopted from C++) or a share of this
+/// object's shared copy; anything else (an adaptor, a queued free, ...) is one use more.
 python_resource const* exclusive_python_resource(DeviceMemoryResource& r)
 {
   if (!r.res.has_value()) { return nullptr; }
   auto const* py = cuda::mr::resource_cast<python_resource>(&r.res);
   if (py == nullptr) { return nullptr; }
-  return py->use_count() == 1 + r.holders.size() ? py : nullptr;
+  // Copies besides `res` (the shared copy among them) plus owners of the shared copy
+  // besides this object.
+  long const shared = r.shared_uses();
+  long const uses   = py->use_count() - 1 + (shared > 0 ? shared - 2 : 0);
+  return uses == r.holders.size() ? py : nullptr;
 }
 
 int resource_traverse(PyObject* self, visitproc visit, void* arg)
@@ -507,7 +559,7 @@ int resource_clear(PyObject* self)
   auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
   r->upstream.reset();
   r->keep.reset();
-  if (exclusive_python_resource(*r) != nullptr) { r->res = device_resource{}; }
+  if (exclusive_python_resource(*r) != nullptr) { r->clear(); }
   return 0;
 }
 

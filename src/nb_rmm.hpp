@@ -246,6 +246,17 @@ struct DeviceMemoryResource {
   /// The resource, or a ValueError when it was cleared.
   device_resource& get();
 
+  /// The resource as Buffers hold it: one more C++ copy of `res`, made once, which every
+  /// Buffer allocated from this object co-owns (taking a share is one reference count
+  /// rather than a copy of the type-erased resource). Raises like get().
+  std::shared_ptr<device_resource> const& shared();
+
+  /// How many owners (this object included) share the copy made by shared(); 0 before.
+  [[nodiscard]] long shared_uses() const noexcept { return shared_ ? shared_.use_count() : 0; }
+
+  /// Drops `res` and this object's share of the shared copy (garbage collector's clear).
+  void clear() noexcept;
+
   /// python_state(res), worked out once: `res` is set once, when the object is made.
   [[nodiscard]] python_resource::state const* callables() noexcept;
 
@@ -253,6 +264,7 @@ struct DeviceMemoryResource {
   [[nodiscard]] bool caches() noexcept;
 
  private:
+  std::shared_ptr<device_resource> shared_;
   python_resource::state const* callables_{nullptr};
   bool callables_known_{false};
   signed char caches_{-1};  ///< -1: not worked out yet
@@ -347,6 +359,15 @@ bool caches(device_resource const& res) noexcept;
 /// deferral is still on. The caller holds the GIL and has checked caches(res).
 /// Returns false (and leaves `res` alone) when the caller must free now.
 bool defer(device_resource& res,
+           void* ptr,
+           std::size_t bytes,
+           std::size_t alignment,
+           cudaStream_t stream,
+           int device) noexcept;
+
+/// Like defer(res, ...) for a Buffer's share of its resource object's copy (see
+/// DeviceMemoryResource::shared): moves the share into the queue.
+bool defer(std::shared_ptr<device_resource>& res,
            void* ptr,
            std::size_t bytes,
            std::size_t alignment,
