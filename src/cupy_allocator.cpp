@@ -6,7 +6,7 @@
 // map) with the GIL released, and returns a MemoryPointer to a small memory object.
 //
 // That memory object is an instance of `nbrmm.allocators.cupy.Memory`, a subclass of
-// CuPy's `BaseMemory` created here. It owns a C++ copy of the resource and the pointer,
+// CuPy's `BaseMemory` created here. It co-owns the resource in C++ and holds the pointer,
 // size and stream of the allocation, and frees the memory to that resource on that stream
 // when CuPy drops it, whatever the current resource is by then. Per allocation, Python
 // sees two new objects: the Memory and the MemoryPointer.
@@ -73,12 +73,18 @@ PyObject* logic_error_type   = nullptr;
 
 /// The C++ part of a Memory object, placed after CuPy's BaseMemory fields.
 struct memory_fields {
-  device_resource res;         ///< the resource that allocated the memory (empty for 0 bytes)
+  /// The resource that allocated the memory (both empty for 0 bytes): a share of the bound
+  /// resource object's shared copy (see DeviceMemoryResource::shared), or a copy of the
+  /// current resource.
+  std::shared_ptr<device_resource> shared;
+  device_resource res;
   void* ptr{nullptr};          ///< the allocation (null for 0 bytes)
   std::size_t bytes{0};        ///< its size
   cudaStream_t stream{nullptr};  ///< the stream it was allocated on, and is freed on
   PyObject* keep{nullptr};     ///< an object keeping that stream alive (strong), or null
-  bool caches{false};          ///< `res` is a caching resource (deferred_frees::caches)
+  bool caches{false};          ///< the resource is a caching one (deferred_frees::caches)
+
+  [[nodiscard]] device_resource& resource() noexcept { return shared ? *shared : res; }
 };
 
 memory_fields* fields_of(PyObject* obj)
@@ -117,17 +123,22 @@ void memory_dealloc(PyObject* self)
   memory_fields* f   = fields_of(self);
   int const device   = read_at<int>(self, cupy->device_off);
   if (f->ptr != nullptr && f->caches &&
-      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream, device)) {
-    f->ptr = nullptr;  // the queue frees it (and owns the resource copy now)
+      (f->shared ? deferred_frees::defer(f->shared, f->ptr, f->bytes, default_alignment,
+                                         f->stream, device)
+                 : deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment,
+                                         f->stream, device))) {
+    f->ptr = nullptr;  // the queue frees it (and keeps the resource alive now)
   }
-  if (f->ptr != nullptr || f->res.has_value()) {
+  if (f->ptr != nullptr || f->shared || f->res.has_value()) {
     gil_release release;
     if (f->ptr != nullptr) {
-      deallocate_on_device(f->res, cuda::stream_ref{f->stream}, f->ptr, f->bytes,
+      deallocate_on_device(f->resource(), cuda::stream_ref{f->stream}, f->ptr, f->bytes,
                            default_alignment, device);
       f->ptr = nullptr;
     }
-    f->res = device_resource{};  // may be the last copy of the resource: free it here too
+    // Either may be the last owner of the resource: free it here too.
+    f->shared.reset();
+    f->res = device_resource{};
   }
   PyObject* keep = f->keep;  // released only now: the stream had to outlive the free
   f->~memory_fields();
@@ -367,7 +378,8 @@ struct CupyAllocator {
   vectorcallfunc vectorcall;
   PyObject* mr;          ///< the bound resource object, or null: the current resource
   PyObject* stream;      ///< the fixed nbrmm.Stream, or null: CuPy's current stream
-  device_resource* res;  ///< C++ copy of the bound resource (owned), or null
+  /// A share of the bound resource object's shared copy (owned), or null.
+  std::shared_ptr<device_resource>* shared;
   cudaStream_t handle;   ///< the fixed stream's handle
   int device;            ///< the device the bound resource serves (-1: any)
   bool caches;           ///< the bound resource is a caching one (deferred_frees::caches)
@@ -410,7 +422,7 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
     raise_now(PyExc_RuntimeError, "import nbrmm.allocators.cupy before using a CuPy allocator");
   }
   int const device = current_device();
-  if (self->res != nullptr && self->device >= 0 && self->device != device) {
+  if (self->shared != nullptr && self->device >= 0 && self->device != device) {
     raise_now(PyExc_ValueError, "mr: the resource serves device " + std::to_string(self->device) +
                                   ", but CuPy is allocating on device " + std::to_string(device));
   }
@@ -435,15 +447,15 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
   f->bytes         = nbytes;
   if (nbytes != 0) {
     try {
-      if (self->res != nullptr) {
-        f->res    = *self->res;
+      if (self->shared != nullptr) {
+        f->shared = *self->shared;
         f->caches = self->caches;
       } else {
         f->res    = hooks::current_resource(device);
         f->caches = deferred_frees::caches(f->res);
       }
       gil_release release;
-      f->ptr = f->res.allocate(cuda::stream_ref{stream}, nbytes, default_alignment);
+      f->ptr = f->resource().allocate(cuda::stream_ref{stream}, nbytes, default_alignment);
     } catch (...) {
       Py_DECREF(mem);
       throw;
@@ -570,9 +582,9 @@ void allocator_dealloc(PyObject* self)
   PyObject_GC_UnTrack(self);
   auto* a = reinterpret_cast<CupyAllocator*>(self);
   allocator_clear(self);
-  if (device_resource* res = std::exchange(a->res, nullptr)) {
+  if (auto* shared = std::exchange(a->shared, nullptr)) {
     gil_release release;
-    delete res;
+    delete shared;
   }
   type->tp_free(self);
   Py_DECREF(type);
@@ -634,12 +646,14 @@ PyType_Spec allocator_spec{"nbrmm.allocators.cupy.CupyAllocator", sizeof(CupyAll
 
 nb::object make_allocator(nb::handle mr, nb::handle stream)
 {
-  device_resource* res = nullptr;
-  int device           = -1;
+  std::shared_ptr<device_resource>* shared = nullptr;
+  int device                               = -1;
+  bool caches                              = false;
   if (!mr.is_none()) {
     DeviceMemoryResource& r = resource_arg(mr, "mr");
-    res                     = new device_resource{r.get()};
+    shared                  = new std::shared_ptr<device_resource>{r.shared()};
     device                  = r.device;
+    caches                  = r.caches();
   }
   nb::object stream_obj;
   cudaStream_t handle = nullptr;
@@ -649,21 +663,21 @@ nb::object make_allocator(nb::handle mr, nb::handle stream)
       handle     = nb::inst_ptr<Stream>(stream_obj)->handle;
     }
   } catch (...) {
-    delete res;
+    delete shared;
     throw;
   }
   auto* obj = PyObject_GC_New(CupyAllocator, allocator_type);
   if (obj == nullptr) {
-    delete res;
+    delete shared;
     throw nb::python_error();
   }
   obj->vectorcall = allocator_vectorcall;
   obj->mr         = mr.is_none() ? nullptr : Py_NewRef(mr.ptr());
   obj->stream     = stream_obj.is_valid() ? stream_obj.release().ptr() : nullptr;
-  obj->res        = res;
+  obj->shared     = shared;
   obj->handle     = handle;
   obj->device     = device;
-  obj->caches     = res != nullptr && deferred_frees::caches(*res);
+  obj->caches     = caches;
   PyObject_GC_Track(obj);
   return nb::steal(reinterpret_cast<PyObject*>(obj));
 }
