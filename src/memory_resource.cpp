@@ -276,17 +276,12 @@ class entries {
   [[nodiscard]] int count() const noexcept { return count_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
-  void emplace(std::shared_ptr<device_resource>&& shared,
-               device_resource&& own,
-               void* ptr,
-               std::size_t bytes,
-               std::size_t alignment,
-               cudaStream_t stream,
-               int device) noexcept
+  /// Adds an entry made from `fields` (in the order of `entry`'s members).
+  template <class... Fields>
+  void emplace(Fields&&... fields) noexcept
   {
-    bytes_ += bytes;
-    new (&slots_[count_++].e)
-      entry{std::move(shared), std::move(own), ptr, bytes, alignment, stream, device};
+    entry& e = *new (&slots_[count_++].e) entry{std::forward<Fields>(fields)...};
+    bytes_ += e.bytes;
   }
   /// Frees every entry's block and drops its resource copy (which may be the last).
   void free_all() noexcept
@@ -348,14 +343,26 @@ bool caches(device_resource const& res) noexcept
 
 namespace {
 
-/// Whether a free of `bytes` on `stream` may join the queue now.
-bool has_room(std::size_t bytes, cudaStream_t stream) noexcept
+/// Queues a free when it may join the queue now (a block on the legacy default stream,
+/// room left, deferral on), taking over what keeps its resource alive: `shared` or `own`.
+/// Leaves both alone and returns false otherwise.
+bool enqueue(std::shared_ptr<device_resource>&& shared,
+             device_resource&& own,
+             void* ptr,
+             std::size_t bytes,
+             std::size_t alignment,
+             cudaStream_t stream,
+             int device) noexcept
 {
 #if defined(Py_GIL_DISABLED)
   return false;
 #else
-  return accepting && queue->count() != capacity && bytes <= byte_budget - queue->bytes() &&
-         is_legacy_default(stream);
+  if (!accepting || queue->count() == capacity || bytes > byte_budget - queue->bytes() ||
+      !is_legacy_default(stream)) {
+    return false;
+  }
+  queue->emplace(std::move(shared), std::move(own), ptr, bytes, alignment, stream, device);
+  return true;
 #endif
 }
 
@@ -368,11 +375,7 @@ bool defer(device_resource& res,
            cudaStream_t stream,
            int device) noexcept
 {
-  if (!has_room(bytes, stream)) { return false; }
-#if !defined(Py_GIL_DISABLED)
-  queue->emplace({}, std::move(res), ptr, bytes, alignment, stream, device);
-#endif
-  return true;
+  return enqueue({}, std::move(res), ptr, bytes, alignment, stream, device);
 }
 
 bool defer(std::shared_ptr<device_resource>& res,
@@ -382,11 +385,7 @@ bool defer(std::shared_ptr<device_resource>& res,
            cudaStream_t stream,
            int device) noexcept
 {
-  if (!has_room(bytes, stream)) { return false; }
-#if !defined(Py_GIL_DISABLED)
-  queue->emplace(std::move(res), {}, ptr, bytes, alignment, stream, device);
-#endif
-  return true;
+  return enqueue(std::move(res), device_resource{}, ptr, bytes, alignment, stream, device);
 }
 
 PyThreadState* release_gil(entries** taken) noexcept
