@@ -254,6 +254,31 @@ def test_cycle_through_live_buffers_is_collected():
     assert heap.bytes_in_use == 0  # finalizers freed the memory through the callables
 
 
+def test_cycle_is_collected_after_its_buffers_are_gone():
+    """The copy of the resource that the object keeps for its Buffers outlives them and
+    is the object's own: it does not keep a cycle through the callables alive."""
+    heap = HostHeap()
+
+    class Box:
+        pass
+
+    box = Box()
+
+    def alloc(n, s, box=box):
+        return heap.allocate(n, s)
+
+    box.mr = nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate)
+    for n in (8, 16):
+        nbrmm.Buffer(n, mr=box.mr)
+    with nbrmm.Buffer(32, mr=box.mr):
+        pass
+    ref = weakref.ref(box.mr)
+    del box, alloc
+    gc.collect()
+    assert ref() is None
+    assert heap.bytes_in_use == 0 and len(heap.calls) == 6
+
+
 @pytest.mark.parametrize("rounds", [5])
 def test_cycle_whose_callables_need_the_cycle_frees_before_clearing(rounds):
     """The deallocate callable reaches the heap only through an object of the cycle: the
