@@ -2,9 +2,9 @@
 //
 // A Buffer owns its memory and co-owns the C++ copy of its resource that the resource
 // object keeps for its Buffers (memory handed over by C++ stays an rmm::device_buffer
-// with its own copy), and keeps the Python resource object (`mr`) and stream object alive. Every call that allocates
-// passes its resource to C++ explicitly; `mr=None` means the current device resource,
-// read from librmm's per-device map at call time.
+// with its own copy), and keeps the Python resource object (`mr`) and stream object
+// alive. Every call that allocates passes its resource to C++ explicitly; `mr=None`
+// means the current device resource, read from librmm's per-device map at call time.
 #include "nb_rmm.hpp"
 
 #include <nanobind/ndarray.h>
@@ -165,13 +165,13 @@ struct Buffer : resource_holder {
   }
 
   /// Records this buffer as a holder of `mr`'s Python callables when its C++ resource
-  /// copy shares them (see DeviceMemoryResource::holders). `copied` says that the
-  /// memory was allocated from a copy of `mr`'s own resource (so it shares them if any).
-  void count_holder(bool copied) noexcept
+  /// uses them (see DeviceMemoryResource::holders). `shares` says that the memory was
+  /// allocated from `mr`'s shared copy (so it uses them if `mr` has any).
+  void count_holder(bool shares) noexcept
   {
     auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
     auto const* state = r->callables();
-    if (state != nullptr && (copied || buf->callables() == state)) {
+    if (state != nullptr && (shares || buf->callables() == state)) {
       r->holders.add(this);
       counted_in = r;
     }

@@ -283,7 +283,8 @@ class entries {
     entry& e = *new (&slots_[count_++].e) entry{std::forward<Fields>(fields)...};
     bytes_ += e.bytes;
   }
-  /// Frees every entry's block and drops its resource copy (which may be the last).
+  /// Frees every entry's block and drops what kept its resource alive (which may be the
+  /// last owner).
   void free_all() noexcept
   {
     for (int i = 0; i < count_; ++i) {

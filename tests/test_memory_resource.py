@@ -233,9 +233,9 @@ def test_cuda_memory_resource_on_gpu():
     assert mr.device == nbrmm.get_current_device() >= 0
 
 
-def test_cycle_through_live_buffers_is_collected():
-    """resource -> callables -> (closure) -> buffers -> C++ copies of the resource."""
-    heap = HostHeap()
+def _resource_in_a_cycle(heap):
+    """A box whose ``mr`` allocates from ``heap`` through a callable that holds the box:
+    box -> mr -> callables -> (closure) -> box."""
 
     class Box:
         pass
@@ -246,9 +246,16 @@ def test_cycle_through_live_buffers_is_collected():
         return heap.allocate(n, s)
 
     box.mr = nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate)
+    return box
+
+
+def test_cycle_through_live_buffers_is_collected():
+    """resource -> callables -> (closure) -> buffers -> C++ copies of the resource."""
+    heap = HostHeap()
+    box = _resource_in_a_cycle(heap)
     box.bufs = [nbrmm.Buffer(n, mr=box.mr) for n in (8, 16, 32)]
     refs = [weakref.ref(box.mr)] + [weakref.ref(b) for b in box.bufs]
-    del box, alloc
+    del box
     gc.collect()
     assert all(r() is None for r in refs)
     assert heap.bytes_in_use == 0  # finalizers freed the memory through the callables
@@ -258,22 +265,13 @@ def test_cycle_is_collected_after_its_buffers_are_gone():
     """The copy of the resource that the object keeps for its Buffers outlives them and
     is the object's own: it does not keep a cycle through the callables alive."""
     heap = HostHeap()
-
-    class Box:
-        pass
-
-    box = Box()
-
-    def alloc(n, s, box=box):
-        return heap.allocate(n, s)
-
-    box.mr = nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate)
+    box = _resource_in_a_cycle(heap)
     for n in (8, 16):
         nbrmm.Buffer(n, mr=box.mr)
     with nbrmm.Buffer(32, mr=box.mr):
         pass
     ref = weakref.ref(box.mr)
-    del box, alloc
+    del box
     gc.collect()
     assert ref() is None
     assert heap.bytes_in_use == 0 and len(heap.calls) == 6
