@@ -73,18 +73,15 @@ PyObject* logic_error_type   = nullptr;
 
 /// The C++ part of a Memory object, placed after CuPy's BaseMemory fields.
 struct memory_fields {
-  /// The resource that allocated the memory (both empty for 0 bytes): a share of the bound
+  /// The resource that allocated the memory (empty for 0 bytes): a share of the bound
   /// resource object's shared copy (see DeviceMemoryResource::shared), or a copy of the
   /// current resource.
-  std::shared_ptr<device_resource> shared;
-  device_resource res;
+  held_resource res;
   void* ptr{nullptr};          ///< the allocation (null for 0 bytes)
   std::size_t bytes{0};        ///< its size
   cudaStream_t stream{nullptr};  ///< the stream it was allocated on, and is freed on
   PyObject* keep{nullptr};     ///< an object keeping that stream alive (strong), or null
   bool caches{false};          ///< the resource is a caching one (deferred_frees::caches)
-
-  [[nodiscard]] device_resource& resource() noexcept { return shared ? *shared : res; }
 };
 
 memory_fields* fields_of(PyObject* obj)
@@ -123,22 +120,17 @@ void memory_dealloc(PyObject* self)
   memory_fields* f   = fields_of(self);
   int const device   = read_at<int>(self, cupy->device_off);
   if (f->ptr != nullptr && f->caches &&
-      (f->shared ? deferred_frees::defer(f->shared, f->ptr, f->bytes, default_alignment,
-                                         f->stream, device)
-                 : deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment,
-                                         f->stream, device))) {
+      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream, device)) {
     f->ptr = nullptr;  // the queue frees it (and keeps the resource alive now)
   }
-  if (f->ptr != nullptr || f->shared || f->res.has_value()) {
+  if (f->ptr != nullptr || !f->res.empty()) {
     gil_release release;
     if (f->ptr != nullptr) {
-      deallocate_on_device(f->resource(), cuda::stream_ref{f->stream}, f->ptr, f->bytes,
+      deallocate_on_device(f->res.get(), cuda::stream_ref{f->stream}, f->ptr, f->bytes,
                            default_alignment, device);
       f->ptr = nullptr;
     }
-    // Either may be the last owner of the resource: free it here too.
-    f->shared.reset();
-    f->res = device_resource{};
+    f->res.reset();  // may be the last owner of the resource: free it here too
   }
   PyObject* keep = f->keep;  // released only now: the stream had to outlive the free
   f->~memory_fields();
@@ -448,14 +440,14 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
   if (nbytes != 0) {
     try {
       if (self->shared != nullptr) {
-        f->shared = *self->shared;
+        f->res    = held_resource{*self->shared};
         f->caches = self->caches;
       } else {
-        f->res    = hooks::current_resource(device);
-        f->caches = deferred_frees::caches(f->res);
+        f->res    = held_resource{hooks::current_resource(device)};
+        f->caches = deferred_frees::caches(f->res.get());
       }
       gil_release release;
-      f->ptr = f->resource().allocate(cuda::stream_ref{stream}, nbytes, default_alignment);
+      f->ptr = f->res->allocate(cuda::stream_ref{stream}, nbytes, default_alignment);
     } catch (...) {
       Py_DECREF(mem);
       throw;

@@ -80,7 +80,7 @@ class memory {
   [[nodiscard]] python_resource::state const* callables() const noexcept
   {
     return adopted_ ? nbrmm::python_state(adopted_->memory_resource())
-                    : nbrmm::python_state(*res_);
+                    : nbrmm::python_state(res_.get());
   }
 
   void reserve(std::size_t n, cuda::stream_ref s)
@@ -128,11 +128,11 @@ class memory {
       return;
     }
     if (ptr_ == nullptr) { return; }
-    deallocate_on_device(*res_, stream_, ptr_, capacity_, alignment_, device_);
+    deallocate_on_device(res_.get(), stream_, ptr_, capacity_, alignment_, device_);
     ptr_ = nullptr;
   }
 
-  std::shared_ptr<device_resource> res_;  ///< a share of the resource object's copy
+  held_resource res_;  ///< a share of the resource object's copy
   void* ptr_{nullptr};
   std::size_t size_{0};
   std::size_t capacity_{0};

@@ -245,11 +245,9 @@ DeviceMemoryResource::~DeviceMemoryResource()
 namespace deferred_frees {
 namespace {
 
-/// One queued free. Its resource is kept alive either by a Buffer's share of its
-/// resource object's copy (`shared`) or by a copy of its own (`own`).
+/// One queued free, holding its resource alive.
 struct entry {
-  std::shared_ptr<device_resource> shared;
-  device_resource own;
+  held_resource res;
   void* ptr;
   std::size_t bytes;
   std::size_t alignment;
@@ -258,8 +256,7 @@ struct entry {
 
   void free() noexcept
   {
-    deallocate_on_device(shared ? *shared : own, cuda::stream_ref{stream}, ptr, bytes, alignment,
-                         device);
+    deallocate_on_device(res.get(), cuda::stream_ref{stream}, ptr, bytes, alignment, device);
   }
 };
 
@@ -342,18 +339,12 @@ bool caches(device_resource const& res) noexcept
   return false;
 }
 
-namespace {
-
-/// Queues a free when it may join the queue now (a block on the legacy default stream,
-/// room left, deferral on), taking over what keeps its resource alive: `shared` or `own`.
-/// Leaves both alone and returns false otherwise.
-bool enqueue(std::shared_ptr<device_resource>&& shared,
-             device_resource&& own,
-             void* ptr,
-             std::size_t bytes,
-             std::size_t alignment,
-             cudaStream_t stream,
-             int device) noexcept
+bool defer(held_resource& res,
+           void* ptr,
+           std::size_t bytes,
+           std::size_t alignment,
+           cudaStream_t stream,
+           int device) noexcept
 {
 #if defined(Py_GIL_DISABLED)
   return false;
@@ -362,31 +353,9 @@ bool enqueue(std::shared_ptr<device_resource>&& shared,
       !is_legacy_default(stream)) {
     return false;
   }
-  queue->emplace(std::move(shared), std::move(own), ptr, bytes, alignment, stream, device);
+  queue->emplace(std::move(res), ptr, bytes, alignment, stream, device);
   return true;
 #endif
-}
-
-}  // namespace
-
-bool defer(device_resource& res,
-           void* ptr,
-           std::size_t bytes,
-           std::size_t alignment,
-           cudaStream_t stream,
-           int device) noexcept
-{
-  return enqueue({}, std::move(res), ptr, bytes, alignment, stream, device);
-}
-
-bool defer(std::shared_ptr<device_resource>& res,
-           void* ptr,
-           std::size_t bytes,
-           std::size_t alignment,
-           cudaStream_t stream,
-           int device) noexcept
-{
-  return enqueue(std::move(res), device_resource{}, ptr, bytes, alignment, stream, device);
 }
 
 PyThreadState* release_gil(entries** taken) noexcept

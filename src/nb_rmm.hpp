@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 
 namespace nb = nanobind;
 
@@ -315,6 +316,39 @@ class python_owned_resource {
 python_resource::state const* python_state(device_resource const& res) noexcept;
 python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept;
 
+/// The resource a block was allocated from, kept alive by whoever will free the block: a
+/// share of a resource object's shared copy (DeviceMemoryResource::shared), a copy of its
+/// own, or nothing (no block).
+class held_resource {
+ public:
+  held_resource() noexcept = default;
+  explicit held_resource(std::shared_ptr<device_resource> share) noexcept
+    : held_{std::in_place_index<1>, std::move(share)}
+  {
+  }
+  explicit held_resource(device_resource copy) noexcept
+    : held_{std::in_place_index<2>, std::move(copy)}
+  {
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return held_.index() == 0; }
+  /// The resource (not empty()).
+  [[nodiscard]] device_resource& get() noexcept
+  {
+    return held_.index() == 1 ? **std::get_if<1>(&held_) : *std::get_if<2>(&held_);
+  }
+  [[nodiscard]] device_resource const& get() const noexcept
+  {
+    return const_cast<held_resource*>(this)->get();
+  }
+  [[nodiscard]] device_resource* operator->() noexcept { return &get(); }
+  /// Drops the share or copy, which may be the last owner of the resource.
+  void reset() noexcept { held_.emplace<0>(); }
+
+ private:
+  std::variant<std::monostate, std::shared_ptr<device_resource>, device_resource> held_;
+};
+
 // ------------------------------------------------------------------------------------
 // Deferred frees
 // ------------------------------------------------------------------------------------
@@ -356,18 +390,9 @@ bool caches(device_resource const& res) noexcept;
 
 /// Queues the free of `ptr` (`bytes`, `alignment`) to `res` on `stream`, moving `res`
 /// into the queue, when `stream` is the legacy default stream, the queue has room and
-/// deferral is still on. The caller holds the GIL and has checked caches(res).
+/// deferral is still on. The caller holds the GIL and has checked caches(res.get()).
 /// Returns false (and leaves `res` alone) when the caller must free now.
-bool defer(device_resource& res,
-           void* ptr,
-           std::size_t bytes,
-           std::size_t alignment,
-           cudaStream_t stream,
-           int device) noexcept;
-
-/// Like defer(res, ...) for a Buffer's share of its resource object's copy (see
-/// DeviceMemoryResource::shared): moves the share into the queue.
-bool defer(std::shared_ptr<device_resource>& res,
+bool defer(held_resource& res,
            void* ptr,
            std::size_t bytes,
            std::size_t alignment,
