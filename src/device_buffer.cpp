@@ -805,8 +805,14 @@ The destination.)doc")
       char ptr[32];
       std::snprintf(ptr, sizeof ptr, "0x%llx",
                     static_cast<unsigned long long>(ptr_of(self)));
-      return "<" + std::string{nb::type_name(py_self.type()).c_str()} + " size=" +
-             std::to_string(self.buf->size()) + " ptr=" + ptr + ">";
+      std::string text{"<"};
+      text.append(nb::type_name(py_self.type()).c_str())
+        .append(" size=")
+        .append(std::to_string(self.buf->size()))
+        .append(" ptr=")
+        .append(ptr)
+        .append(">");
+      return text;
     });
 
   cls.def_static(

@@ -711,8 +711,12 @@ PyCapsule
     ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.)doc")
     .def("__repr__", [](nb::handle self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
-      return "<" + std::string{nb::type_name(self.type()).c_str()} +
-             " device=" + std::to_string(r.device) + ">";
+      std::string text{"<"};
+      text.append(nb::type_name(self.type()).c_str())
+        .append(" device=")
+        .append(std::to_string(r.device))
+        .append(">");
+      return text;
     });
 
   resource_class<UpstreamResourceAdaptor>(m, "UpstreamResourceAdaptor", R"doc(
