@@ -318,10 +318,22 @@ python_resource::state const* python_state(rmm::device_async_resource_ref res) n
 
 /// The resource a block was allocated from, kept alive by whoever will free the block: a
 /// share of a resource object's shared copy (DeviceMemoryResource::shared), a copy of its
-/// own, or nothing (no block).
+/// own, or nothing (no block). Moving one leaves it empty.
 class held_resource {
  public:
   held_resource() noexcept = default;
+  held_resource(held_resource&& other) noexcept : held_{std::move(other.held_)} { other.reset(); }
+  held_resource& operator=(held_resource&& other) noexcept
+  {
+    if (this != &other) {
+      held_ = std::move(other.held_);
+      other.reset();
+    }
+    return *this;
+  }
+  held_resource(held_resource const&)            = delete;
+  held_resource& operator=(held_resource const&) = delete;
+  ~held_resource()                               = default;
   explicit held_resource(std::shared_ptr<device_resource> share) noexcept
     : held_{std::in_place_index<1>, std::move(share)}
   {
