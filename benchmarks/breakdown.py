@@ -60,25 +60,39 @@ def main():
     try:
         import cupy
 
-        from nbrmm.allocators.cupy import cupy_allocator
+        import nbrmm.allocators.cupy as cupy_hooks
     except ImportError:
         cupy = None
     if cupy is not None:
         cupy_pool = cupy.cuda.MemoryPool()
-        env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=cupy_allocator(mr=arena),
-                   cupy_pool=cupy_pool)
+        hook = cupy_hooks.cupy_allocator(mr=arena)
+
+        def paths(**kw):
+            nbrmm._nbrmm._cupy_init(cupy_hooks._cupy_memory, cupy_hooks._cupy_stream,
+                                    cupy_hooks._cupy_backends_stream, **kw)
+
+        env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=hook, cupy_pool=cupy_pool,
+                   paths=paths)
+        on_hook = "T.defer_frees({}); paths({}); cupy.cuda.set_allocator(hook)"
         stmts += [
             ("cupy.empty(256): CuPy's MemoryPool", "E(256, dtype=u1)",
              "cupy.cuda.set_allocator(cupy_pool.malloc)"),
             ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)",
-             "T.defer_frees(True); cupy.cuda.set_allocator(hook)"),
+             on_hook.format(True, "")),
             ("cupy.empty(256): nbrmm hook, frees not deferred", "E(256, dtype=u1)",
-             "T.defer_frees(False); cupy.cuda.set_allocator(hook)"),
+             on_hook.format(False, "")),
+            ("cupy.empty(256): nbrmm hook, stream via cupy.cuda.stream", "E(256, dtype=u1)",
+             on_hook.format(True, "stream_by_device=False")),
+            ("cupy.empty(256): nbrmm hook, MemoryPointer by constructor", "E(256, dtype=u1)",
+             on_hook.format(True, "fast_pointer=False")),
+            ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),
+            ("nbrmm hook: hook(256) alone", "hook(256)", on_hook.format(True, "")),
         ]
     runs = round_robin(stmts, env)
     _testing.defer_frees(True)
     if cupy is not None:
         cupy.cuda.set_allocator(None)
+        paths()
     runs["C++ floor: arena allocate+deallocate 256 B"] = cpp_runs(
         lambda: _testing.allocate_round_trip_ns(arena, 256, 100000))
     runs["C++ floor: pool allocate+deallocate 256 B"] = cpp_runs(

@@ -11,6 +11,11 @@
 // when CuPy drops it, whatever the current resource is by then. Per allocation, Python
 // sees two new objects: the Memory and the MemoryPointer.
 //
+// CuPy's current stream is read through `cupy_backends.cuda.stream.get_stream_ptr(device)`
+// when this CuPy has it: the record of every device's current stream that CuPy's own
+// `get_current_stream_ptr` reads after asking CUDA for the current device. The hook knows
+// the device already, so the lookup costs one thread-local read and no CUDA call.
+//
 // Where CuPy's fields live inside its objects is found (and checked) once, by
 // `_cupy_init`, from objects built through CuPy's public constructors; building a
 // MemoryPointer falls back to calling its constructor whenever that check fails.
@@ -35,8 +40,9 @@ namespace {
 // What _cupy_init learns about CuPy
 // ------------------------------------------------------------------------------------
 
-using stream_ptr_fn = std::intptr_t (*)();
-using stream_obj_fn = PyObject* (*)(int, void*);
+using stream_ptr_fn        = std::intptr_t (*)();
+using device_stream_ptr_fn = std::intptr_t (*)(int);
+using stream_obj_fn        = PyObject* (*)(int, void*);
 
 struct cupy_api {
   PyTypeObject* base_memory{};      ///< cupy.cuda.memory.BaseMemory
@@ -44,6 +50,9 @@ struct cupy_api {
   PyObject* oom_error{};            ///< cupy.cuda.memory.OutOfMemoryError
   PyObject* get_current_stream{};   ///< cupy.cuda.stream.get_current_stream (Python)
   stream_ptr_fn current_stream_ptr{};  ///< CuPy's C API, when its signature is known
+  /// cupy_backends' per-device lookup (its signature checked), or null.
+  device_stream_ptr_fn device_stream_ptr{};
+  bool by_device{false};               ///< the stream is read with device_stream_ptr
   stream_obj_fn current_stream{};      ///< CuPy's C API (new reference), idem
   PyTypeObject* memory_type{};      ///< nbrmm.allocators.cupy.Memory
   Py_ssize_t ptr_off{-1};           ///< BaseMemory.ptr (intptr_t)
@@ -328,7 +337,7 @@ void* capi_function(nb::handle module, char const* name, std::string const& expe
   return fn;
 }
 
-void cupy_learn(nb::handle memory_module, nb::handle stream_module)
+void cupy_learn(nb::handle memory_module, nb::handle stream_module, nb::handle backends_stream)
 {
   auto api = std::make_unique<cupy_api>();
   auto type_attr = [&](char const* name) {
@@ -345,6 +354,10 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module)
   api->current_stream = reinterpret_cast<stream_obj_fn>(capi_function(
     stream_module, "get_current_stream", "PyObject *(int __pyx_skip_dispatch, struct ",
     "*__pyx_optional_args)"));
+  if (!backends_stream.is_none()) {
+    api->device_stream_ptr = reinterpret_cast<device_stream_ptr_fn>(
+      capi_function(backends_stream, "get_stream_ptr", "intptr_t (int)"));
+  }
   api->empty_tuple = PyTuple_New(0);
   api->zero        = PyLong_FromLong(0);
   if (api->empty_tuple == nullptr || api->zero == nullptr) { throw nb::python_error(); }
@@ -355,10 +368,15 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module)
   cupy->fast_possible = learn_memory_pointer();
 }
 
-void cupy_init(nb::handle memory_module, nb::handle stream_module, bool fast_pointer)
+void cupy_init(nb::handle memory_module,
+               nb::handle stream_module,
+               nb::handle backends_stream,
+               bool fast_pointer,
+               bool stream_by_device)
 {
-  if (cupy == nullptr) { cupy_learn(memory_module, stream_module); }
+  if (cupy == nullptr) { cupy_learn(memory_module, stream_module, backends_stream); }
   cupy->fast_pointer = fast_pointer && cupy->fast_possible;
+  cupy->by_device    = stream_by_device && cupy->device_stream_ptr != nullptr;
 }
 
 // ------------------------------------------------------------------------------------
@@ -387,10 +405,13 @@ PyTypeObject* allocator_type = nullptr;
 
 /// CuPy's current stream; `keep` receives a new reference to its stream object when that
 /// stream is not one of CUDA's default streams (so it outlives the allocation).
-cudaStream_t cupy_current_stream(PyObject*& keep)
+cudaStream_t cupy_current_stream(int device, PyObject*& keep)
 {
   std::intptr_t handle = 0;
-  if (cupy->current_stream_ptr != nullptr) {
+  if (cupy->by_device) {
+    handle = cupy->device_stream_ptr(device);
+    if (PyErr_Occurred() != nullptr) { throw nb::python_error(); }
+  } else if (cupy->current_stream_ptr != nullptr) {
     handle = cupy->current_stream_ptr();
     if (handle == -1 && PyErr_Occurred() != nullptr) { throw nb::python_error(); }
   } else {
@@ -424,7 +445,7 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
     stream = self->handle;
     keep   = Py_NewRef(reinterpret_cast<PyObject*>(self));
   } else {
-    stream = cupy_current_stream(keep);
+    stream = cupy_current_stream(device, keep);
   }
   PyObject* mem;
   try {
@@ -688,11 +709,17 @@ void bind_cupy_allocator(nb::module_& m)
   // Every allocator uses the type through this pointer, which keeps it alive until exit.
 
   m.def("_cupy_init", &cupy_init, nb::arg("memory_module"), nb::arg("stream_module"),
-        nb::arg("fast_pointer") = true,
+        nb::arg("backends_stream_module").none() = nb::none(), nb::arg("fast_pointer") = true,
+        nb::arg("stream_by_device") = true,
         R"doc(Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
 
-Called by ``nbrmm.allocators.cupy`` at import. ``fast_pointer=False`` makes every
-MemoryPointer be built through its constructor (the slower reference path).
+Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
+``cupy_backends.cuda.stream`` (None where CuPy has no such module). What is learned
+about CuPy is learned once; later calls only switch the paths below.
+
+``fast_pointer=False`` makes every MemoryPointer be built through its constructor, and
+``stream_by_device=False`` makes the current stream be read through
+``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference paths).
 
 Raises
 ------
@@ -702,6 +729,10 @@ ImportError
   m.def(
     "_cupy_fast_pointer", []() { return cupy != nullptr && cupy->fast_pointer; },
     "Whether MemoryPointers are built by writing their fields (checked by ``_cupy_init``).");
+
+  m.def(
+    "_cupy_stream_by_device", []() { return cupy != nullptr && cupy->by_device; },
+    "Whether CuPy's current stream is read per device, through ``cupy_backends``.");
 
   m.def(
     "_cupy_memory_type",

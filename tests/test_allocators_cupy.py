@@ -12,6 +12,11 @@ from helpers import HostHeap, run_python
 from nbrmm import _nbrmm
 
 
+def _init(hook, **paths):
+    """Re-runs the hook's set-up with CuPy's modules, switching its paths (``paths``)."""
+    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, hook._cupy_backends_stream, **paths)
+
+
 def _stat(mr, name):
     counts = mr.allocation_counts
     return counts[name] if isinstance(counts, dict) else getattr(counts, name)
@@ -116,12 +121,12 @@ def hook():
     import nbrmm.allocators.cupy as hook
 
     yield hook
-    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream)
+    _init(hook)
 
 
 @pytest.fixture(params=[True, False], ids=["fast-pointer", "constructor"])
 def pointer_path(request, hook):
-    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, request.param)
+    _init(hook, fast_pointer=request.param)
     assert _nbrmm._cupy_fast_pointer() is request.param
     return request.param
 
@@ -234,7 +239,7 @@ def cupy_gpu():
     import nbrmm.allocators.cupy as hook
 
     yield cupy, hook
-    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream)
+    _init(hook)
     cupy.cuda.Device().synchronize()
 
 
@@ -256,13 +261,75 @@ def _recording(upstream, log):
 def test_gpu_cupy_layout_is_understood(cupy_gpu):
     cupy, hook = cupy_gpu
     assert _nbrmm._cupy_fast_pointer()
+    assert _nbrmm._cupy_stream_by_device()  # CuPy >= 13 has cupy_backends' get_stream_ptr
+
+
+@pytest.fixture(params=[True, False], ids=["stream-by-device", "current-stream-ptr"])
+def stream_path(request, cupy_gpu):
+    cupy, hook = cupy_gpu
+    _init(hook, stream_by_device=request.param)
+    assert _nbrmm._cupy_stream_by_device() is request.param
+    return cupy, hook
+
+
+@pytest.mark.gpu
+def test_gpu_stream_paths_read_cupys_current_stream(stream_path):
+    cupy, hook = stream_path
+    alloc = hook.cupy_allocator(mr=nbrmm.mr.CudaMemoryResource())
+    with cupy.cuda.using_allocator(alloc):
+        assert cupy.empty(8).data.mem.stream_handle == cupy.cuda.get_current_stream().ptr == 0
+        s1 = cupy.cuda.Stream(non_blocking=True)
+        with s1:
+            assert cupy.empty(8).data.mem.stream_handle == s1.ptr
+            s2 = cupy.cuda.Stream()
+            with s2:
+                assert cupy.empty(8).data.mem.stream_handle == s2.ptr
+            assert cupy.empty(8).data.mem.stream_handle == s1.ptr
+        s2.use()
+        try:
+            assert cupy.empty(8).data.mem.stream_handle == s2.ptr
+        finally:
+            cupy.cuda.Stream.null.use()
+        assert cupy.empty(8).data.mem.stream_handle == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("by_device", [True, False], ids=["stream-by-device", "current-stream-ptr"])
+def test_gpu_per_thread_default_stream_of_cupy(by_device):
+    # CUPY_CUDA_PER_THREAD_DEFAULT_STREAM is read when CuPy is imported: a fresh process.
+    code = f"""
+        import os
+        os.environ["CUPY_CUDA_PER_THREAD_DEFAULT_STREAM"] = "1"
+        import cupy, nbrmm, nbrmm.mr
+        import nbrmm.allocators.cupy as hook
+        from nbrmm import _nbrmm
+        _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, hook._cupy_backends_stream,
+                          stream_by_device={by_device})
+        assert _nbrmm._cupy_stream_by_device() is {by_device}
+        log = []
+        cuda = nbrmm.mr.CudaMemoryResource()
+        mr = nbrmm.mr.CallbackMemoryResource(
+            lambda n, s: log.append(s.handle) or cuda.allocate(n, s),
+            lambda p, n, s: log.append(s.handle) or cuda.deallocate(p, n, s))
+        with cupy.cuda.using_allocator(hook.cupy_allocator(mr=mr)):
+            x = cupy.arange(100)
+            assert int(x.sum()) == 4950
+        print(x.data.mem.stream_handle, cupy.cuda.get_current_stream().ptr)
+        del x
+        print(log)
+    """
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0] == "2 2"  # cudaStreamPerThread, as CuPy itself reports
+    assert lines[1] == "[2, 2]"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-pointer", "constructor"])
 def test_gpu_arrays_from_bound_resource(cupy_gpu, fast):
     cupy, hook = cupy_gpu
-    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, fast)
+    _init(hook, fast_pointer=fast)
     stats = nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=stats)):
         x = cupy.arange(1000, dtype=cupy.int64)
@@ -328,8 +395,8 @@ def test_gpu_each_allocation_is_freed_to_the_resource_that_made_it(cupy_gpu):
 
 
 @pytest.mark.gpu
-def test_gpu_threads_with_their_own_streams(cupy_gpu):
-    cupy, hook = cupy_gpu
+def test_gpu_threads_with_their_own_streams(stream_path):
+    cupy, hook = stream_path
     log = []
     lock = threading.Lock()
 
@@ -387,8 +454,8 @@ def test_gpu_threads_with_their_own_streams(cupy_gpu):
 
 
 @pytest.mark.gpu
-def test_gpu_current_stream_object_outlives_its_allocations(cupy_gpu):
-    cupy, hook = cupy_gpu
+def test_gpu_current_stream_object_outlives_its_allocations(stream_path):
+    cupy, hook = stream_path
     log = []
     mr = _recording(nbrmm.mr.CudaMemoryResource(), log)
     stream = cupy.cuda.Stream(non_blocking=True)

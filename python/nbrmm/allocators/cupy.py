@@ -27,9 +27,14 @@ except ImportError as exc:
         name="cupy",
     ) from exc
 
+try:
+    import cupy_backends.cuda.stream as _cupy_backends_stream
+except ImportError:  # older CuPy: the current stream is read through cupy.cuda.stream
+    _cupy_backends_stream = None
+
 from nbrmm import _nbrmm
 
-_nbrmm._cupy_init(_cupy_memory, _cupy_stream)
+_nbrmm._cupy_init(_cupy_memory, _cupy_stream, _cupy_backends_stream)
 
 def cupy_allocator(mr=None, stream=None):
     """Make a CuPy allocator that allocates from ``mr``.
