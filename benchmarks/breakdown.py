@@ -83,8 +83,6 @@ def main():
              on_hook.format(False, "")),
             ("cupy.empty(256): nbrmm hook, stream via cupy.cuda.stream", "E(256, dtype=u1)",
              on_hook.format(True, "stream_by_device=False")),
-            ("cupy.empty(256): nbrmm hook, MemoryPointers not reused", "E(256, dtype=u1)",
-             on_hook.format(True, "reuse_pointers=False")),
             ("cupy.empty(256): nbrmm hook, MemoryPointer by constructor", "E(256, dtype=u1)",
              on_hook.format(True, "fast_pointer=False")),
             ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),

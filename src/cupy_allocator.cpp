@@ -16,10 +16,6 @@
 // `get_current_stream_ptr` reads after asking CUDA for the current device. The hook knows
 // the device already, so the lookup costs one thread-local read and no CUDA call.
 //
-// The MemoryPointer is an `nbrmm.allocators.cupy.Pointer`, a subclass of CuPy's
-// MemoryPointer whose objects are kept for reuse once CuPy drops them, as the Memory
-// objects are (where CuPy's MemoryPointer can be subclassed so; otherwise a plain one).
-//
 // Where CuPy's fields live inside its objects is found (and checked) once, by
 // `_cupy_init`, from objects built through CuPy's public constructors; building a
 // MemoryPointer falls back to calling its constructor whenever that check fails.
@@ -59,14 +55,12 @@ struct cupy_api {
   bool by_device{false};               ///< the stream is read with device_stream_ptr
   stream_obj_fn current_stream{};      ///< CuPy's C API (new reference), idem
   PyTypeObject* memory_type{};      ///< nbrmm.allocators.cupy.Memory
-  PyTypeObject* pointer_type{};     ///< nbrmm.allocators.cupy.Pointer, or null
   Py_ssize_t ptr_off{-1};           ///< BaseMemory.ptr (intptr_t)
   Py_ssize_t size_off{-1};          ///< BaseMemory.size (size_t)
   Py_ssize_t device_off{-1};        ///< BaseMemory.device_id (int)
   Py_ssize_t fields_off{-1};        ///< our fields inside a Memory
   bool fast_possible{false};        ///< MemoryPointer's fields were found and checked
   bool fast_pointer{false};         ///< MemoryPointer fields are written directly
-  bool reuse_pointers{false};       ///< ... into reused Pointer objects (needs fast_pointer)
   Py_ssize_t mp_ptr_off{-1};        ///< MemoryPointer.ptr (intptr_t)
   Py_ssize_t mp_device_off{-1};     ///< MemoryPointer.device_id (int)
   Py_ssize_t mp_mem_off{-1};        ///< MemoryPointer.mem (object)
@@ -189,65 +183,6 @@ PyObject* new_memory()
   return obj;
 }
 
-// ------------------------------------------------------------------------------------
-// nbrmm.allocators.cupy.Pointer
-// ------------------------------------------------------------------------------------
-
-/// Freed Pointer objects kept for reuse: untracked by the GC, `mem` cleared.
-PyObject* pointer_freelist[memory_freelist_capacity > 0 ? memory_freelist_capacity : 1];
-int pointer_freelist_count = 0;
-
-void pointer_dealloc(PyObject* self)
-{
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  auto* mem = read_at<PyObject*>(self, cupy->mp_mem_off);
-  write_at<PyObject*>(self, cupy->mp_mem_off, nullptr);
-  Py_XDECREF(mem);  // frees (or queues the free of) the memory when this was the last user
-  if (pointer_freelist_count < memory_freelist_capacity && type == cupy->pointer_type) {
-    pointer_freelist[pointer_freelist_count++] = self;
-  } else {
-    type->tp_free(self);
-  }
-  Py_DECREF(type);
-}
-
-int pointer_traverse(PyObject* self, visitproc visit, void* arg)
-{
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT(read_at<PyObject*>(self, cupy->mp_mem_off));
-  return 0;
-}
-
-int pointer_clear(PyObject* self)
-{
-  auto* mem = read_at<PyObject*>(self, cupy->mp_mem_off);
-  write_at<PyObject*>(self, cupy->mp_mem_off, Py_NewRef(Py_None));  // as CuPy's own clear
-  Py_XDECREF(mem);
-  return 0;
-}
-
-char const pointer_doc[] =
-  "A ``cupy.cuda.MemoryPointer`` made by an nbrmm CuPy allocator.\n\n"
-  "It behaves as CuPy's own; nbrmm reuses the object once CuPy drops it.";
-
-/// A Pointer object with `mem` null, from the freelist or new.
-PyObject* new_pointer()
-{
-  PyTypeObject* type = cupy->pointer_type;
-  if (pointer_freelist_count > 0) {
-    PyObject* mp = PyObject_Init(pointer_freelist[--pointer_freelist_count], type);
-    PyObject_GC_Track(mp);
-    return mp;
-  }
-  PyObject* mp = type->tp_new(type, cupy->empty_tuple, nullptr);
-  if (mp == nullptr) { return nullptr; }
-  auto* initial = read_at<PyObject*>(mp, cupy->mp_mem_off);  // None, from CuPy's tp_new
-  write_at<PyObject*>(mp, cupy->mp_mem_off, nullptr);
-  Py_XDECREF(initial);
-  return mp;
-}
-
 void set_base_fields(PyObject* mem, void* ptr, std::size_t size, int device)
 {
   write_at(mem, cupy->ptr_off, reinterpret_cast<std::intptr_t>(ptr));
@@ -260,7 +195,7 @@ PyObject* make_pointer(PyObject* mem, void* ptr, int device)
 {
   if (cupy->fast_pointer) {
     PyTypeObject* type = cupy->memory_pointer;
-    PyObject* mp = cupy->reuse_pointers ? new_pointer() : type->tp_new(type, cupy->empty_tuple, nullptr);
+    PyObject* mp       = type->tp_new(type, cupy->empty_tuple, nullptr);
     if (mp == nullptr) {
       Py_DECREF(mem);
       return nullptr;
@@ -380,54 +315,6 @@ bool learn_memory_pointer()
          nb::cast<int>(built.attr("device_id")) == probe_device && built.attr("mem").is(mem);
 }
 
-/// Creates nbrmm.allocators.cupy.Pointer where CuPy's MemoryPointer allows a subclass whose
-/// objects nbrmm can recycle: no instance dict, weak references or finalizer.
-void make_pointer_type()
-{
-  PyTypeObject* base = cupy->memory_pointer;
-  if ((base->tp_flags & Py_TPFLAGS_BASETYPE) == 0 || (base->tp_flags & Py_TPFLAGS_HAVE_GC) == 0 ||
-      base->tp_itemsize != 0 || base->tp_dictoffset != 0 || base->tp_weaklistoffset != 0 ||
-      base->tp_finalize != nullptr || base->tp_del != nullptr) {
-    return;
-  }
-  static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(pointer_dealloc)},
-                                {Py_tp_traverse, reinterpret_cast<void*>(pointer_traverse)},
-                                {Py_tp_clear, reinterpret_cast<void*>(pointer_clear)},
-                                {Py_tp_doc, const_cast<char*>(pointer_doc)},
-                                {0, nullptr}};
-  static PyType_Spec spec{"nbrmm.allocators.cupy.Pointer", 0, 0,
-                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, slots};
-  spec.basicsize   = static_cast<int>(base->tp_basicsize);
-  nb::object bases = nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(base)));
-  PyObject* type   = PyType_FromSpecWithBases(&spec, bases.ptr());
-  if (type == nullptr) { throw nb::python_error(); }
-  cupy->pointer_type = reinterpret_cast<PyTypeObject*>(type);
-}
-
-/// Checks, as learn_memory_pointer does for plain ones, that a recycled Pointer built by
-/// writing its fields reads back the same through CuPy's accessors.
-bool check_pointer_type()
-{
-  cupy_api& api = *cupy;
-  nb::object mem = nb::steal(new_memory());
-  set_base_fields(mem.ptr(), reinterpret_cast<void*>(probe_ptr), probe_size, probe_device);
-  api.fast_pointer = api.reuse_pointers = true;
-  bool ok = true;
-  for (int round = 0; round < 2 && ok; ++round) {  // a new object, then a recycled one
-    PyObject* raw = make_pointer(mem.inc_ref().ptr(), reinterpret_cast<void*>(probe_ptr), probe_device);
-    if (raw == nullptr) {
-      api.fast_pointer = api.reuse_pointers = false;
-      throw nb::python_error();
-    }
-    nb::object built = nb::steal(raw);
-    ok = Py_TYPE(raw) == api.pointer_type && PyObject_GC_IsTracked(raw) &&
-         nb::cast<std::intptr_t>(built.attr("ptr")) == probe_ptr &&
-         nb::cast<int>(built.attr("device_id")) == probe_device && built.attr("mem").is(mem);
-  }
-  api.fast_pointer = api.reuse_pointers = false;
-  return ok;
-}
-
 /// CuPy's C function `name` from `module.__pyx_capi__`, when its signature is `expected`
 /// (a prefix when `prefix_only`).
 void* capi_function(nb::handle module, char const* name, std::string const& expected,
@@ -479,27 +366,16 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module, nb::handle b
   make_memory_type(*api);
   cupy = api.release();
   cupy->fast_possible = learn_memory_pointer();
-  if (cupy->fast_possible) {
-    make_pointer_type();
-    if (cupy->pointer_type != nullptr && !check_pointer_type()) {
-      while (pointer_freelist_count > 0) {  // the probes' objects: storage only by now
-        PyObject_GC_Del(pointer_freelist[--pointer_freelist_count]);
-      }
-      Py_CLEAR(cupy->pointer_type);  // not used
-    }
-  }
 }
 
 void cupy_init(nb::handle memory_module,
                nb::handle stream_module,
                nb::handle backends_stream,
                bool fast_pointer,
-               bool reuse_pointers,
                bool stream_by_device)
 {
   if (cupy == nullptr) { cupy_learn(memory_module, stream_module, backends_stream); }
-  cupy->fast_pointer   = fast_pointer && cupy->fast_possible;
-  cupy->reuse_pointers = reuse_pointers && cupy->fast_pointer && cupy->pointer_type != nullptr;
+  cupy->fast_pointer = fast_pointer && cupy->fast_possible;
   cupy->by_device    = stream_by_device && cupy->device_stream_ptr != nullptr;
 }
 
@@ -834,16 +710,15 @@ void bind_cupy_allocator(nb::module_& m)
 
   m.def("_cupy_init", &cupy_init, nb::arg("memory_module"), nb::arg("stream_module"),
         nb::arg("backends_stream_module").none() = nb::none(), nb::arg("fast_pointer") = true,
-        nb::arg("reuse_pointers") = true, nb::arg("stream_by_device") = true,
+        nb::arg("stream_by_device") = true,
         R"doc(Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
 
 Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
 ``cupy_backends.cuda.stream`` (None where CuPy has no such module). What is learned
 about CuPy is learned once; later calls only switch the paths below.
 
-``fast_pointer=False`` makes every MemoryPointer be built through its constructor,
-``reuse_pointers=False`` makes them plain MemoryPointers (new objects, fields written
-directly), and ``stream_by_device=False`` makes the current stream be read through
+``fast_pointer=False`` makes every MemoryPointer be built through its constructor, and
+``stream_by_device=False`` makes the current stream be read through
 ``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference paths).
 
 Raises
@@ -854,18 +729,6 @@ ImportError
   m.def(
     "_cupy_fast_pointer", []() { return cupy != nullptr && cupy->fast_pointer; },
     "Whether MemoryPointers are built by writing their fields (checked by ``_cupy_init``).");
-
-  m.def(
-    "_cupy_reuse_pointers", []() { return cupy != nullptr && cupy->reuse_pointers; },
-    "Whether the hook hands out recycled ``Pointer`` objects (checked by ``_cupy_init``).");
-
-  m.def(
-    "_cupy_pointer_type",
-    []() -> nb::object {
-      if (cupy == nullptr || cupy->pointer_type == nullptr) { return nb::none(); }
-      return nb::borrow(reinterpret_cast<PyObject*>(cupy->pointer_type));
-    },
-    "The MemoryPointer subclass the CuPy hook recycles (None where CuPy's cannot be).");
 
   m.def(
     "_cupy_stream_by_device", []() { return cupy != nullptr && cupy->by_device; },

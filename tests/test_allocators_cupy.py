@@ -124,11 +124,10 @@ def hook():
     _init(hook)
 
 
-@pytest.fixture(params=["reused", "fast-pointer", "constructor"])
+@pytest.fixture(params=[True, False], ids=["fast-pointer", "constructor"])
 def pointer_path(request, hook):
-    _init(hook, fast_pointer=request.param != "constructor", reuse_pointers=request.param == "reused")
-    assert _nbrmm._cupy_fast_pointer() is (request.param != "constructor")
-    assert _nbrmm._cupy_reuse_pointers() is (request.param == "reused")
+    _init(hook, fast_pointer=request.param)
+    assert _nbrmm._cupy_fast_pointer() is request.param
     return request.param
 
 
@@ -139,8 +138,7 @@ def test_memory_pointer_owns_the_allocation(hook, pointer_path):
     alloc = hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)
     assert isinstance(alloc, hook.CupyAllocator)
     mp = alloc(256)
-    assert type(mp) is (hook.Pointer if pointer_path == "reused" else cupy.cuda.MemoryPointer)
-    assert isinstance(mp, cupy.cuda.MemoryPointer)
+    assert type(mp) is cupy.cuda.MemoryPointer
     assert isinstance(mp.mem, hook.Memory)
     assert isinstance(mp.mem, cupy.cuda.memory.BaseMemory)
     assert heap.live == {mp.ptr: 256}
@@ -156,33 +154,6 @@ def test_memory_pointer_owns_the_allocation(hook, pointer_path):
     del shifted
     assert heap.live == {}
     assert [c[0] for c in heap.calls] == ["allocate", "deallocate"]
-
-
-def test_pointer_objects_are_reused(hook):
-    import cupy
-
-    assert issubclass(hook.Pointer, cupy.cuda.MemoryPointer)
-    assert _nbrmm._cupy_reuse_pointers()
-    heap = HostHeap()
-    alloc = hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)
-    mp = alloc(64)
-    first = id(mp)
-    assert gc.is_tracked(mp)
-    assert mp.mem in gc.get_referents(mp)
-    del mp
-    assert heap.live == {}  # dropping the pointer freed the memory
-    again = alloc(128)
-    assert id(again) == first  # the same object, with new fields
-    assert type(again) is hook.Pointer and gc.is_tracked(again)
-    assert again.mem.size == 128 and again.ptr == again.mem.ptr
-    assert heap.live == {again.ptr: 128}
-    made = hook.Pointer(again.mem, 16)  # CuPy's constructor, inherited
-    assert made.ptr == again.ptr + 16 and made.mem is again.mem
-    assert (made + 8).ptr == again.ptr + 24
-    del again
-    assert len(heap.live) == 1
-    del made
-    assert heap.live == {}
 
 
 def test_zero_bytes_give_a_null_pointer_without_allocating(hook, pointer_path):
@@ -290,7 +261,6 @@ def _recording(upstream, log):
 def test_gpu_cupy_layout_is_understood(cupy_gpu):
     cupy, hook = cupy_gpu
     assert _nbrmm._cupy_fast_pointer()
-    assert _nbrmm._cupy_reuse_pointers()
     assert _nbrmm._cupy_stream_by_device()  # CuPy >= 13 has cupy_backends' get_stream_ptr
 
 
@@ -356,10 +326,10 @@ def test_gpu_per_thread_default_stream_of_cupy(by_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["reused", "fast-pointer", "constructor"])
-def test_gpu_arrays_from_bound_resource(cupy_gpu, path):
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-pointer", "constructor"])
+def test_gpu_arrays_from_bound_resource(cupy_gpu, fast):
     cupy, hook = cupy_gpu
-    _init(hook, fast_pointer=path != "constructor", reuse_pointers=path == "reused")
+    _init(hook, fast_pointer=fast)
     stats = nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=stats)):
         x = cupy.arange(1000, dtype=cupy.int64)

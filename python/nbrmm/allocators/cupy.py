@@ -9,10 +9,9 @@ Examples
 >>> with cupy.cuda.using_allocator(cupy_allocator(mr=arena)):
 ...     x = cupy.arange(10)                          # allocated from ``arena``
 
-Each allocation is a ``cupy.cuda.MemoryPointer`` (a :class:`Pointer`, whose object is
-reused once CuPy drops it) to a :class:`Memory` that owns a C++ copy of its resource: the
-memory returns to that resource, on the stream it was allocated on, when CuPy drops it,
-even if the current resource has changed since. A failed
+Each allocation is a ``cupy.cuda.MemoryPointer`` to an :class:`Memory` that owns a C++
+copy of its resource: the memory returns to that resource, on the stream it was allocated
+on, when CuPy drops it, even if the current resource has changed since. A failed
 allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
 """
 
@@ -74,11 +73,6 @@ CupyAllocator = type(rmm_cupy_allocator)
 #: The class of the memory objects behind the MemoryPointers the allocators return.
 Memory = _nbrmm._cupy_memory_type()
 
-#: The class of the MemoryPointers the allocators return: a subclass of
-#: ``cupy.cuda.MemoryPointer`` whose objects nbrmm reuses once CuPy drops them. None where
-#: this CuPy's MemoryPointer cannot be subclassed so (the allocators then return plain ones).
-Pointer = _nbrmm._cupy_pointer_type()
-
 
 def _uninstall_at_exit():
     """Stop CuPy from holding an nbrmm allocator past exit.
@@ -97,4 +91,4 @@ def _uninstall_at_exit():
 
 atexit.register(_uninstall_at_exit)
 
-__all__ = ["CupyAllocator", "Memory", "Pointer", "cupy_allocator", "rmm_cupy_allocator"]
+__all__ = ["CupyAllocator", "Memory", "cupy_allocator", "rmm_cupy_allocator"]
