@@ -17,15 +17,31 @@ records the reference medians (``reference_ns``, ns per call) and the target (``
     ``MemoryPool`` and rmm's ``rmm_cupy_allocator`` over rmm's arena.
 ``torch_empty``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
-    ``torch.cuda.MemPool``, beside torch's caching allocator.
+    ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
+    allocator serves these from the pool's cached blocks and calls the hook only to grow.
+``torch_empty_hook``
+    The same call with nbrmm's hook as torch's allocator, so that every allocation and
+    free goes through it, beside torch's caching allocator. torch takes its allocator
+    once per process, so each runs in a worker process (``torch_worker.py``); the two
+    workers time their batches in turn, the reference right before the subject.
 """
 
 import contextlib
+import pathlib
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
-from support import import_impl, make_resource, record, resource_params, size_id
+from support import (
+    benchmark_entry,
+    import_impl,
+    make_resource,
+    record,
+    resource_params,
+    size_id,
+)
 
 import nbrmm
 from nbrmm._nbrmm import _testing
@@ -180,3 +196,73 @@ def bench_paired_torch_empty(benchmark):
         benchmark.group = f"paired torch.empty {size_id(NBYTES)}"
         Interleaved(benchmark, {"torch": caching_allocator}, enter_pool).run(batch)
     torch.cuda.synchronize()
+
+
+class _TorchWorker:
+    """A ``torch_worker.py`` process: ``batch()`` has it time one batch (ns per call)."""
+
+    def __init__(self, mode):
+        worker = pathlib.Path(__file__).with_name("torch_worker.py")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(worker), mode, str(BATCH), str(NBYTES)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr = ""
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.close()
+            raise RuntimeError(f"torch worker ({mode}) did not start: {line!r}\n{self.stderr}")
+
+    def batch(self):
+        self.proc.stdin.write("batch\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline()) / BATCH
+
+    def close(self):
+        """Stops the worker; returns its exit status (its stderr lands in ``stderr``)."""
+        try:
+            _, self.stderr = self.proc.communicate("stop\n", timeout=60)
+        except (subprocess.TimeoutExpired, BrokenPipeError, ValueError):
+            self.proc.kill()
+            _, self.stderr = self.proc.communicate()
+        return self.proc.returncode
+
+
+@pytest.mark.gpu
+def bench_paired_torch_empty_hook(request):
+    """``torch.empty`` with nbrmm's hook as torch's allocator, beside torch's caching
+    allocator, each in a worker process, batch for batch. The result joins this run's JSON
+    (conftest.py), with the reference medians as in the other paired cases."""
+    pytest.importorskip("torch")
+    if request.config.getoption("benchmark_disable", False):
+        pytest.skip("timed only when benchmarks run")
+    workers = {}
+    try:
+        workers["torch"] = _TorchWorker("caching")
+        workers["nbrmm"] = _TorchWorker("hook")
+        samples = {name: [] for name in workers}
+        for round_ in range(WARMUP_ROUNDS + ROUNDS):
+            for name, worker in workers.items():  # the reference, then the subject
+                ns = worker.batch()
+                if round_ >= WARMUP_ROUNDS:
+                    samples[name].append(ns)
+    finally:
+        status = {name: worker.close() for name, worker in workers.items()}
+    failed = {name: workers[name].stderr[-2000:] for name, rc in status.items() if rc != 0}
+    assert not failed, failed
+    info = {
+        "case": "paired",
+        "impl": "nbrmm",
+        "target": "torch_empty_hook",
+        "resource": "arena",
+        "size": NBYTES,
+        "ops": BATCH,
+        "reference_ns": {"torch": statistics.median(samples["torch"])},
+    }
+    seconds = [ns * BATCH / 1e9 for ns in samples["nbrmm"]]
+    name = "bench_paired_torch_empty_hook"
+    group = f"paired torch.empty hook {size_id(NBYTES)}"
+    request.config.nbrmm_child_benchmarks.append(benchmark_entry(name, group, seconds, info))

@@ -35,10 +35,12 @@ GET_CURRENT_TARGET_RATIO = 0.5
 #: as a multiple of each reference's time.
 PAIRED_RATIO_TARGETS = {
     "cupy_empty": (("cupy", 1.0, "CuPy's MemoryPool"), ("rmm", 0.4, "rmm's rmm_cupy_allocator")),
+    "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
     "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
 }
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
+    "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
 }
 
@@ -311,7 +313,11 @@ def paired_section(results):
     note = (
         "Every round timed a batch of the subject right after a batch of each reference "
         "(pytest-benchmark's untimed setup), so both medians come from the same moments of "
-        "the machine; see `benchmarks/bench_paired.py`."
+        "the machine; see `benchmarks/bench_paired.py`. With nbrmm's hook as torch's "
+        "allocator, the subject and torch's caching allocator run in two worker processes "
+        "(torch takes its allocator once per process) that time their batches in turn. In a "
+        "MemPool, torch's caching allocator serves the calls from blocks it cached and "
+        "calls the hook only to grow the pool."
     )
     return "\n".join(["## Targets, timed interleaved", "", table, "", note])
 

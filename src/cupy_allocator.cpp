@@ -16,6 +16,9 @@
 // `get_current_stream_ptr` reads after asking CUDA for the current device. The hook knows
 // the device already, so the lookup costs one thread-local read and no CUDA call.
 //
+// The MemoryPointer must be exactly CuPy's class, not a subclass: CuPy's kernel launcher
+// accepts no other as a kernel argument (CUB reductions pass it allocator memory).
+//
 // Where CuPy's fields live inside its objects is found (and checked) once, by
 // `_cupy_init`, from objects built through CuPy's public constructors; building a
 // MemoryPointer falls back to calling its constructor whenever that check fails.
