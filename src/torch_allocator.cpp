@@ -4,13 +4,16 @@
 // C functions by name. This extension exports them itself (default visibility):
 //
 //   void* nbrmm_torch_alloc_<slot>(size_t size, int device, cudaStream_t stream)
-//   void  nbrmm_torch_free(void* ptr, size_t size, int device, cudaStream_t stream)
+//   void  nbrmm_torch_free_<slot>(void* ptr, size_t size, int device, cudaStream_t stream)
 //
 // Slot 0 allocates from the current resource of `device` (read from librmm's per-device
-// map at each call); every other slot is bound, once and for the life of the process, to
-// chosen resources (one per device). Every allocation records its pointer with a C++ copy
-// of the resource that served it and the stream it was allocated on, so `free` returns the
-// memory to that resource on that stream, whatever is current by then.
+// map at each call): each of its allocations records its pointer with a C++ copy of the
+// resource that served it and the stream it was allocated on, so that its free returns the
+// memory to that resource on that stream, whatever is current by then. Every other slot is
+// bound, once and for the life of the process, to chosen resources (one per device): its
+// free returns the memory to the slot's resource for the device, on the stream, size and
+// device that torch recorded with the pointer (torch pairs each free with the allocation
+// function that made the pointer), so its calls take no lock and record nothing.
 //
 // Both functions run on whatever thread torch calls them from, with or without the GIL,
 // and never touch Python (torch may hold its own locks while calling them).
@@ -33,14 +36,26 @@ namespace {
 
 constexpr int torch_slot_count = 16;
 
-/// What one slot allocates from. Immutable once published.
+/// What one slot allocates from. Its members never change once published (the resources
+/// themselves are thread-safe, and are used in place).
 struct torch_binding {
   bool current{false};  ///< the current resource of the requested device
   std::vector<std::pair<int, device_resource>> by_device;  ///< device -1: any device
+  std::atomic<std::ptrdiff_t> outstanding{0};  ///< a bound slot's allocations not yet freed
 
-  [[nodiscard]] device_resource const* find(int device) const noexcept
+  torch_binding() = default;
+  torch_binding(bool cur, std::vector<std::pair<int, device_resource>> res)
+    : current{cur}, by_device{std::move(res)}
   {
-    for (auto const& [d, res] : by_device) {
+  }
+  torch_binding(torch_binding&& other) noexcept
+    : current{other.current}, by_device{std::move(other.by_device)}
+  {
+  }
+
+  [[nodiscard]] device_resource* find(int device) noexcept
+  {
+    for (auto& [d, res] : by_device) {
       if (d == device || d < 0) { return &res; }
     }
     return nullptr;
@@ -68,7 +83,7 @@ struct torch_record {
 
 /// Process-wide state, never destroyed: torch may call `free` during process teardown.
 struct torch_state {
-  std::array<std::atomic<torch_binding const*>, torch_slot_count> slots{};
+  std::array<std::atomic<torch_binding*>, torch_slot_count> slots{};
   std::mutex bind_lock;
   std::mutex records_lock;
   std::unordered_map<void*, torch_record> records;
@@ -84,25 +99,40 @@ torch_state& state()
   return *s;
 }
 
+/// Makes `device` current for the scope where the process sees several devices (with one,
+/// it is current already).
+class on_device {
+ public:
+  explicit on_device(int device)
+  {
+    if (multiple_devices()) { guard_.emplace(rmm::cuda_device_id{device}); }
+  }
+
+ private:
+  std::optional<rmm::cuda_set_device_raii> guard_;
+};
+
 void* torch_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
 {
   if (size == 0) { return nullptr; }
-  torch_state& st          = state();
-  torch_binding const* b   = st.slots[slot].load(std::memory_order_acquire);
+  torch_state& st  = state();
+  torch_binding* b = st.slots[slot].load(std::memory_order_acquire);
   if (b == nullptr) {
     throw rmm::logic_error{"nbrmm: torch allocator slot " + std::to_string(slot) +
                            " is not bound to a resource"};
   }
-  rmm::cuda_set_device_raii const with_device{rmm::cuda_device_id{device}};
-  device_resource res;
-  if (b->current) {
-    res = hooks::current_resource(device);
-  } else if (auto const* bound = b->find(device)) {
-    res = *bound;
-  } else {
-    throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
-                           std::to_string(device)};
+  on_device const with_device{device};
+  if (!b->current) {
+    device_resource* bound = b->find(device);
+    if (bound == nullptr) {
+      throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
+                             std::to_string(device)};
+    }
+    void* ptr = bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
+    b->outstanding.fetch_add(1, std::memory_order_relaxed);
+    return ptr;
   }
+  device_resource res = hooks::current_resource(device);
   void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
   try {
     std::lock_guard<std::mutex> lock{st.records_lock};
@@ -126,12 +156,29 @@ void torch_free(void* ptr) noexcept
     rec.emplace(std::move(node.mapped()));
   }
   try {
-    rmm::cuda_set_device_raii const with_device{rmm::cuda_device_id{rec->device}};
+    on_device const with_device{rec->device};
     rec->res.deallocate(cuda::stream_ref{rec->stream}, ptr, rec->bytes, default_alignment);
     rec.reset();
   } catch (...) {
     // A deallocation cannot report failure to torch; the memory is lost.
   }
+}
+
+/// The free of a bound slot: `ptr` came from the slot's allocation function, which torch
+/// pairs with this one, and `size`, `device` and `stream` are what torch recorded for it.
+void torch_free_bound(int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept
+{
+  if (ptr == nullptr) { return; }
+  torch_binding* b = state().slots[slot].load(std::memory_order_acquire);
+  device_resource* res = b == nullptr ? nullptr : b->find(device);
+  if (res == nullptr) { return; }  // not the slot's: nothing of ours to free
+  try {
+    on_device const with_device{device};
+    res->deallocate(cuda::stream_ref{stream}, ptr, size, default_alignment);
+  } catch (...) {
+    // As above: the memory is lost.
+  }
+  b->outstanding.fetch_sub(1, std::memory_order_relaxed);
 }
 
 /// Binds a slot to `binding` (or finds one bound alike) and returns its index.
@@ -184,8 +231,14 @@ int torch_bind(nb::handle mr)
 std::size_t torch_outstanding()
 {
   torch_state& st = state();
+  std::ptrdiff_t bound = 0;
+  for (auto& slot : st.slots) {
+    if (torch_binding const* b = slot.load(std::memory_order_acquire)) {
+      bound += b->outstanding.load(std::memory_order_relaxed);
+    }
+  }
   std::lock_guard<std::mutex> lock{st.records_lock};
-  return st.records.size();
+  return st.records.size() + static_cast<std::size_t>(std::max<std::ptrdiff_t>(bound, 0));
 }
 
 }  // namespace
@@ -202,6 +255,15 @@ std::size_t torch_outstanding()
                                                  cudaStream_t stream)                         \
   {                                                                                           \
     return nbrmm::torch_alloc(i, size, device, stream);                                       \
+  }                                                                                           \
+  NBRMM_TORCH_EXPORT void nbrmm_torch_free_##i(void* ptr, std::size_t size, int device,      \
+                                               cudaStream_t stream) noexcept                  \
+  {                                                                                           \
+    if constexpr (i == 0) {                                                                   \
+      nbrmm::torch_free(ptr);                                                                 \
+    } else {                                                                                  \
+      nbrmm::torch_free_bound(i, ptr, size, device, stream);                                  \
+    }                                                                                         \
   }
 
 NBRMM_TORCH_SLOT(0)
@@ -221,18 +283,14 @@ NBRMM_TORCH_SLOT(13)
 NBRMM_TORCH_SLOT(14)
 NBRMM_TORCH_SLOT(15)
 
-NBRMM_TORCH_EXPORT void nbrmm_torch_free(void* ptr, std::size_t, int, cudaStream_t) noexcept
-{
-  nbrmm::torch_free(ptr);
-}
-
 namespace nbrmm {
 
 void bind_torch_allocator(nb::module_& m)
 {
-  static_assert(torch_slot_count == 16, "export one nbrmm_torch_alloc_<i> per slot");
+  static_assert(torch_slot_count == 16, "export one nbrmm_torch_alloc_<i> and _free_<i> per slot");
   m.def("_torch_bind", &torch_bind, nb::arg("mr").none(),
-        R"doc(The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr``.
+        R"doc(The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and
+whose ``nbrmm_torch_free_<slot>`` frees what it allocated).
 
 Parameters
 ----------

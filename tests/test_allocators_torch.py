@@ -23,9 +23,10 @@ def _library():
     for fn in alloc:
         fn.restype = ctypes.c_void_p
         fn.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    free = lib.nbrmm_torch_free
-    free.restype = None
-    free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    free = [getattr(lib, f"nbrmm_torch_free_{i}") for i in range(SLOTS)]
+    for fn in free:
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
     return alloc, free
 
 
@@ -36,8 +37,7 @@ def _library():
 
 def test_extension_exports_the_pluggable_allocator_functions():
     alloc, free = _library()
-    assert len(alloc) == SLOTS >= 8
-    assert free is not None
+    assert len(alloc) == len(free) == SLOTS >= 8
 
 
 def test_bind_rejects_bad_arguments():
@@ -72,13 +72,43 @@ def test_bound_slot_allocates_from_its_resource_and_frees_to_it():
     ptr = alloc[slot](1000, device, None)
     assert heap.live == {ptr: 1000}
     assert _nbrmm._torch_outstanding() == before + 1
-    free(ptr, 1000, device, None)
+    free[slot](ptr, 1000, device, None)
     assert heap.live == {}
     assert _nbrmm._torch_outstanding() == before
     assert alloc[slot](0, device, None) is None  # nothing allocated for 0 bytes
-    free(None, 0, device, None)
-    free(12345, 8, device, None)  # unknown pointers are ignored
+    free[slot](None, 0, device, None)
     assert heap.calls == [("allocate", 1000, ptr), ("deallocate", 1000, ptr)]
+
+
+def test_bound_slot_frees_on_the_stream_and_size_torch_gives():
+    # torch records each pointer's size, device and stream and hands them to the free
+    # function paired with the allocation function; a bound slot's free uses them as given.
+    calls = []
+    heap = HostHeap()
+    mr = nbrmm.mr.CallbackMemoryResource(
+        lambda n, s: calls.append(("a", n, s.handle)) or heap.allocate(n, s),
+        lambda p, n, s: calls.append(("d", n, s.handle)) or heap.deallocate(p, n, s),
+    )
+    alloc, free = _library()
+    device = 0
+    slot = _nbrmm._torch_bind({device: mr})
+    ptr = alloc[slot](300, device, 2)
+    free[slot](ptr, 300, device + 1, 2)  # a device the slot has no resource for: ignored
+    assert heap.live == {ptr: 300}
+    free[slot](ptr, 300, device, 2)
+    assert heap.live == {}
+    assert calls == [("a", 300, 2), ("d", 300, 2)]
+
+
+def test_current_slot_ignores_pointers_it_did_not_allocate():
+    heap = HostHeap()
+    alloc, free = _library()
+    nbrmm.mr.set_current_device_resource(heap.resource())
+    before = _nbrmm._torch_outstanding()
+    free[0](12345, 8, nbrmm.get_current_device(), None)
+    free[0](None, 0, nbrmm.get_current_device(), None)
+    assert heap.calls == []
+    assert _nbrmm._torch_outstanding() == before
 
 
 def test_current_slot_frees_to_the_resource_that_allocated():
@@ -91,10 +121,10 @@ def test_current_slot_frees_to_the_resource_that_allocated():
     p2 = alloc[0](200, device, None)
     assert a.live == {p1: 100}
     assert b.live == {p2: 200}
-    free(p1, 100, device, None)  # rmm's hook would free this into b
+    free[0](p1, 100, device, None)  # rmm's hook would free this into b
     assert a.live == {}
     assert b.live == {p2: 200}
-    free(p2, 200, device, None)
+    free[0](p2, 200, device, None)
     assert b.live == {}
 
 

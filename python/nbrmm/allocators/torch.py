@@ -12,9 +12,11 @@ or, for some allocations only, through a memory pool:
 >>> with torch.cuda.use_mem_pool(pool):
 ...     t = torch.ones(1024, device="cuda")
 
-The allocator's C functions are compiled into nbrmm's extension. Each allocation records
-the resource that made it (and its stream), so torch frees it to that resource, even if
-the current device resource changed meanwhile. The functions never take the GIL
+The allocator's C functions are compiled into nbrmm's extension. Memory goes back to the
+resource that made it, on the stream it was allocated on, even if the current device
+resource changed meanwhile: an allocator bound to resources frees to its own resource for
+the device, and :data:`rmm_torch_allocator` records the resource of each allocation. The
+functions never take the GIL
 themselves (torch may call them while holding its own locks); a resource implemented in
 Python takes it for its callbacks, so prefer C++ resources behind torch.
 
@@ -38,13 +40,8 @@ import threading as _threading
 from nbrmm import _nbrmm
 
 _LIBRARY = _nbrmm.__file__
-_FREE_FUNCTION = "nbrmm_torch_free"
 _lock = _threading.Lock()
 _by_slot: dict[int, object] = {}
-
-
-def _alloc_function(slot):
-    return f"nbrmm_torch_alloc_{slot}"
 
 
 def torch_allocator(mr=None):
@@ -78,7 +75,7 @@ def torch_allocator(mr=None):
         allocator = _by_slot.get(slot)
         if allocator is None:
             allocator = _CUDAPluggableAllocator(
-                _LIBRARY, _alloc_function(slot), _FREE_FUNCTION
+                _LIBRARY, f"nbrmm_torch_alloc_{slot}", f"nbrmm_torch_free_{slot}"
             )
             _by_slot[slot] = allocator
     return allocator
