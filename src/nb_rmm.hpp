@@ -536,6 +536,19 @@ int current_device();
 /// Whether this process sees more than one CUDA device.
 bool multiple_devices() noexcept;
 
+/// Makes `device` (-1: unknown) current for its lifetime where the process sees several
+/// devices; with one, that device is current already and nothing is asked of CUDA.
+class device_scope {
+ public:
+  explicit device_scope(int device)
+  {
+    if (device >= 0 && multiple_devices()) { guard_.emplace(rmm::cuda_device_id{device}); }
+  }
+
+ private:
+  std::optional<rmm::cuda_set_device_raii> guard_;
+};
+
 /// Frees `ptr` to `res`, ordered on `stream`, with `device` (the device the memory lives
 /// on, -1 if unknown) current when the process sees several devices.
 inline void deallocate_on_device(device_resource& res,
@@ -545,8 +558,7 @@ inline void deallocate_on_device(device_resource& res,
                                  std::size_t alignment,
                                  int device) noexcept
 {
-  std::optional<rmm::cuda_set_device_raii> guard;
-  if (device >= 0 && multiple_devices()) { guard.emplace(rmm::cuda_device_id{device}); }
+  device_scope const on_device{device};
   res.deallocate(stream, ptr, bytes, alignment);
 }
 

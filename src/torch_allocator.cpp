@@ -99,19 +99,6 @@ torch_state& state()
   return *s;
 }
 
-/// Makes `device` current for the scope where the process sees several devices (with one,
-/// it is current already).
-class on_device {
- public:
-  explicit on_device(int device)
-  {
-    if (multiple_devices()) { guard_.emplace(rmm::cuda_device_id{device}); }
-  }
-
- private:
-  std::optional<rmm::cuda_set_device_raii> guard_;
-};
-
 void* torch_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
 {
   if (size == 0) { return nullptr; }
@@ -121,7 +108,7 @@ void* torch_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
     throw rmm::logic_error{"nbrmm: torch allocator slot " + std::to_string(slot) +
                            " is not bound to a resource"};
   }
-  on_device const with_device{device};
+  device_scope const with_device{device};
   if (!b->current) {
     device_resource* bound = b->find(device);
     if (bound == nullptr) {
@@ -156,7 +143,7 @@ void torch_free(void* ptr) noexcept
     rec.emplace(std::move(node.mapped()));
   }
   try {
-    on_device const with_device{rec->device};
+    device_scope const with_device{rec->device};
     rec->res.deallocate(cuda::stream_ref{rec->stream}, ptr, rec->bytes, default_alignment);
     rec.reset();
   } catch (...) {
@@ -166,14 +153,15 @@ void torch_free(void* ptr) noexcept
 
 /// The free of a bound slot: `ptr` came from the slot's allocation function, which torch
 /// pairs with this one, and `size`, `device` and `stream` are what torch recorded for it.
-void torch_free_bound(int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept
+void torch_free_bound(
+  int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept
 {
   if (ptr == nullptr) { return; }
   torch_binding* b = state().slots[slot].load(std::memory_order_acquire);
   device_resource* res = b == nullptr ? nullptr : b->find(device);
   if (res == nullptr) { return; }  // not the slot's: nothing of ours to free
   try {
-    on_device const with_device{device};
+    device_scope const with_device{device};
     res->deallocate(cuda::stream_ref{stream}, ptr, size, default_alignment);
   } catch (...) {
     // As above: the memory is lost.
