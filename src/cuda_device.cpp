@@ -7,10 +7,6 @@
 #include <string>
 
 namespace nbrmm {
-namespace {
-
-
-}  // namespace
 
 int device_count() noexcept
 {
@@ -90,7 +86,7 @@ ValueError
       if (device.has_value()) {
         check_device(*device);
         gil_release release;
-        rmm::cuda_set_device_raii guard{rmm::cuda_device_id{*device}};
+        device_scope const on_device{*device};
         return rmm::available_device_memory();
       }
       gil_release release;

@@ -278,7 +278,8 @@ void make_memory_type(cupy_api& api)
                                 {0, nullptr}};
   static PyType_Spec spec{"nbrmm.allocators.cupy.Memory", 0, 0,
                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
-  spec.basicsize = static_cast<int>(api.fields_off + static_cast<Py_ssize_t>(sizeof(memory_fields)));
+  spec.basicsize =
+    static_cast<int>(api.fields_off + static_cast<Py_ssize_t>(sizeof(memory_fields)));
   nb::object bases = nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(api.base_memory)));
   PyObject* type   = PyType_FromSpecWithBases(&spec, bases.ptr());
   if (type == nullptr) { throw nb::python_error(); }
@@ -310,7 +311,8 @@ bool learn_memory_pointer()
     return false;
   }
   api.fast_pointer = true;
-  PyObject* raw    = make_pointer(mem.inc_ref().ptr(), reinterpret_cast<void*>(probe_ptr), probe_device);
+  PyObject* raw =
+    make_pointer(mem.inc_ref().ptr(), reinterpret_cast<void*>(probe_ptr), probe_device);
   api.fast_pointer = false;
   if (raw == nullptr) { throw nb::python_error(); }
   nb::object built = nb::steal(raw);
@@ -319,7 +321,7 @@ bool learn_memory_pointer()
 }
 
 /// CuPy's C function `name` from `module.__pyx_capi__`, when its signature is `expected`
-/// (a prefix when `prefix_only`).
+/// (or, when `suffix` is given, one that starts with `expected` and ends with `suffix`).
 void* capi_function(nb::handle module, char const* name, std::string const& expected,
                     std::string const& suffix = {})
 {
@@ -330,10 +332,13 @@ void* capi_function(nb::handle module, char const* name, std::string const& expe
   char const* sig = PyCapsule_GetName(capsule);
   if (sig == nullptr) { return nullptr; }
   std::string const s{sig};
+  auto const ends_with = [&](std::string const& tail) {
+    return s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
   bool const ok = suffix.empty() ? s == expected
                                  : s.size() >= expected.size() + suffix.size() &&
                                      s.compare(0, expected.size(), expected) == 0 &&
-                                     s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+                                     ends_with(suffix);
   if (!ok) { return nullptr; }
   void* fn = PyCapsule_GetPointer(capsule, sig);
   if (fn == nullptr) { PyErr_Clear(); }
@@ -345,15 +350,17 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module, nb::handle b
   auto api = std::make_unique<cupy_api>();
   auto type_attr = [&](char const* name) {
     nb::object t = memory_module.attr(name);
-    if (!PyType_Check(t.ptr())) { unsupported(std::string{"cupy.cuda.memory."} + name + " is not a class"); }
+    if (!PyType_Check(t.ptr())) {
+      unsupported(std::string{"cupy.cuda.memory."} + name + " is not a class");
+    }
     return reinterpret_cast<PyTypeObject*>(t.release().ptr());
   };
   api->base_memory        = type_attr("BaseMemory");
   api->memory_pointer     = type_attr("MemoryPointer");
   api->oom_error          = nb::object(memory_module.attr("OutOfMemoryError")).release().ptr();
   api->get_current_stream = nb::object(stream_module.attr("get_current_stream")).release().ptr();
-  api->current_stream_ptr =
-    reinterpret_cast<stream_ptr_fn>(capi_function(stream_module, "get_current_stream_ptr", "intptr_t (void)"));
+  api->current_stream_ptr = reinterpret_cast<stream_ptr_fn>(
+    capi_function(stream_module, "get_current_stream_ptr", "intptr_t (void)"));
   api->current_stream = reinterpret_cast<stream_obj_fn>(capi_function(
     stream_module, "get_current_stream", "PyObject *(int __pyx_skip_dispatch, struct ",
     "*__pyx_optional_args)"));

@@ -450,8 +450,7 @@ void on_buffer_stream(Buffer& self, nb::handle stream, Fn&& fn)
   cuda::stream_ref s = nb::inst_ptr<Stream>(s_obj)->ref();
   {
     gil_release release;
-    std::optional<rmm::cuda_set_device_raii> guard;
-    if (self.device >= 0) { guard.emplace(rmm::cuda_device_id{self.device}); }
+    device_scope const on_device{self.device};
     fn(b, s);
   }
   self.stream = std::move(s_obj);
