@@ -22,11 +22,14 @@ records the reference medians (``reference_ns``, ns per call) and the target (``
 ``torch_empty_hook``
     The same call with nbrmm's hook as torch's allocator, so that every allocation and
     free goes through it, beside torch's caching allocator. torch takes its allocator
-    once per process, so each runs in a worker process (``torch_worker.py``); the two
-    workers time their batches in turn, the reference right before the subject.
+    once per process, so each runs in a worker process (``torch_worker.py``); the
+    workers take turns on one CPU, the reference right before the subject. A third
+    worker times the hook over a host-heap resource (reference ``pluggable_floor``):
+    torch's pluggable-allocator path with an allocator that costs next to nothing.
 """
 
 import contextlib
+import os
 import pathlib
 import statistics
 import subprocess
@@ -201,10 +204,10 @@ def bench_paired_torch_empty(benchmark):
 class _TorchWorker:
     """A ``torch_worker.py`` process: ``batch()`` has it time one batch (ns per call)."""
 
-    def __init__(self, mode):
+    def __init__(self, mode, cpu):
         worker = pathlib.Path(__file__).with_name("torch_worker.py")
         self.proc = subprocess.Popen(
-            [sys.executable, str(worker), mode, str(BATCH), str(NBYTES)],
+            [sys.executable, str(worker), mode, str(BATCH), str(NBYTES), str(cpu)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -234,18 +237,22 @@ class _TorchWorker:
 @pytest.mark.gpu
 def bench_paired_torch_empty_hook(request):
     """``torch.empty`` with nbrmm's hook as torch's allocator, beside torch's caching
-    allocator, each in a worker process, batch for batch. The result joins this run's JSON
-    (conftest.py), with the reference medians as in the other paired cases."""
+    allocator and beside the same hook over a host heap, each in a worker process, batch
+    for batch. The result joins this run's JSON (conftest.py), with the reference medians
+    as in the other paired cases."""
     pytest.importorskip("torch")
     if request.config.getoption("benchmark_disable", False):
         pytest.skip("timed only when benchmarks run")
+    cpu = max(os.sched_getaffinity(0))  # every worker's turns on the same core
     workers = {}
     try:
-        workers["torch"] = _TorchWorker("caching")
-        workers["nbrmm"] = _TorchWorker("hook")
+        # Started in the order they take their turns in: the subject last.
+        workers["pluggable_floor"] = _TorchWorker("hook-host", cpu)
+        workers["torch"] = _TorchWorker("caching", cpu)
+        workers["nbrmm"] = _TorchWorker("hook", cpu)
         samples = {name: [] for name in workers}
         for round_ in range(WARMUP_ROUNDS + ROUNDS):
-            for name, worker in workers.items():  # the reference, then the subject
+            for name, worker in workers.items():  # the references, then the subject
                 ns = worker.batch()
                 if round_ >= WARMUP_ROUNDS:
                     samples[name].append(ns)
@@ -260,7 +267,9 @@ def bench_paired_torch_empty_hook(request):
         "resource": "arena",
         "size": NBYTES,
         "ops": BATCH,
-        "reference_ns": {"torch": statistics.median(samples["torch"])},
+        "reference_ns": {
+            name: statistics.median(samples[name]) for name in ("torch", "pluggable_floor")
+        },
     }
     seconds = [ns * BATCH / 1e9 for ns in samples["nbrmm"]]
     name = "bench_paired_torch_empty_hook"

@@ -32,6 +32,15 @@ def cpp_runs(fn):
     return [fn() for _ in range(REPEAT)]
 
 
+def interleaved(fns):
+    """{name: [ns, one per repeat]} for C++ measurements taken in turn, one of each per repeat."""
+    runs = {name: [] for name in fns}
+    for _ in range(REPEAT):
+        for name, fn in fns.items():
+            runs[name].append(fn())
+    return runs
+
+
 def main():
     if nbrmm.get_device_count() == 0:
         print("breakdown: no GPU, nothing measured")
@@ -93,8 +102,14 @@ def main():
     if cupy is not None:
         cupy.cuda.set_allocator(None)
         paths()
-    runs["C++ floor: arena allocate+deallocate 256 B"] = cpp_runs(
-        lambda: _testing.allocate_round_trip_ns(arena, 256, 100000))
+    # The torch hook's functions of a slot bound to the arena, in turn with the floor.
+    slot = nbrmm._nbrmm._torch_bind(arena)
+    runs.update(interleaved({
+        "C++ floor: arena allocate+deallocate 256 B":
+            lambda: _testing.allocate_round_trip_ns(arena, 256, 100000),
+        "C++: torch hook alloc+free 256 B (slot bound to arena)":
+            lambda: _testing.torch_hook_round_trip_ns(slot, 256, 100000),
+    }))
     runs["C++ floor: pool allocate+deallocate 256 B"] = cpp_runs(
         lambda: _testing.allocate_round_trip_ns(pool, 256, 100000))
     runs["C++: rmm::device_buffer(0, arena)"] = cpp_runs(
@@ -110,6 +125,8 @@ def main():
     loop = statistics.median(runs["timeit loop (pass)"])
     print(f"\nBuffer(256, mr=arena) − C++ floor: {over:.0f} ns "
           f"({over - loop:.0f} ns without the timing loop's own {loop:.0f} ns)")
+    hook = statistics.median(runs["C++: torch hook alloc+free 256 B (slot bound to arena)"])
+    print(f"torch hook alloc+free − C++ floor: {hook - floor:.0f} ns")
     return 0
 
 

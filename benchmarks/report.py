@@ -38,6 +38,13 @@ PAIRED_RATIO_TARGETS = {
     "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
     "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
 }
+#: References of the interleaved cases that explain a subject's time rather than set a
+#: target for it.
+PAIRED_INFO_REFERENCES = {
+    "torch_empty_hook": (
+        ("pluggable_floor", "the hook over a host heap: torch's pluggable-allocator floor"),
+    ),
+}
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
     "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
@@ -304,6 +311,12 @@ def paired_section(results):
             rows.append((what, fmt_time(subject), label, fmt_time(ref),
                          fmt_time(None if ref is None else subject - ref), fmt_ratio(rel),
                          f"≤ {limit}×", verdict))
+        for name, label in PAIRED_INFO_REFERENCES.get(target, ()):
+            ref = refs.get(name)
+            if ref is not None:
+                rows.append((what, fmt_time(subject), label, fmt_time(ref),
+                             fmt_time(subject - ref), fmt_ratio(ratio(subject, ref)), DASH,
+                             DASH))
     table = md_table(
         ["subject", "per call", "reference", "reference per call", "difference", "ratio",
          "target", "verdict"],
@@ -317,7 +330,9 @@ def paired_section(results):
         "allocator, the subject and torch's caching allocator run in two worker processes "
         "(torch takes its allocator once per process) that time their batches in turn. In a "
         "MemPool, torch's caching allocator serves the calls from blocks it cached and "
-        "calls the hook only to grow the pool."
+        "calls the hook only to grow the pool. The hook over a host heap (malloc and free) "
+        "shows what torch's pluggable-allocator path costs with an allocator that costs next "
+        "to nothing; the subject's difference to it is the arena's round trip and nbrmm's."
     )
     return "\n".join(["## Targets, timed interleaved", "", table, "", note])
 

@@ -4,7 +4,13 @@ torch's allocator can be replaced only once per process, before torch first allo
 comparing nbrmm's hook as torch's allocator with torch's caching allocator takes two
 processes. The benchmark starts one worker of each and has them time a batch in turn.
 
-    python benchmarks/torch_worker.py caching|hook BATCH NBYTES
+    python benchmarks/torch_worker.py caching|hook|hook-host BATCH NBYTES [CPU]
+
+``caching`` keeps torch's caching allocator; ``hook`` makes nbrmm's hook over an arena
+torch's allocator; ``hook-host`` makes it the hook over a host-heap resource (malloc and
+free), which measures the floor of torch's pluggable-allocator path: ``torch.empty``
+never touches the memory it gets. With ``CPU``, the worker runs on that CPU only (the
+benchmark gives every worker the same one, so that their turns see the same core).
 
 The worker prints ``ready`` once it is warm. Then, for every line ``batch`` on its stdin,
 it times ``BATCH`` calls of ``torch.empty(NBYTES, dtype=torch.uint8, device="cuda")`` and
@@ -12,20 +18,29 @@ prints the nanoseconds they took; any other line ends it.
 """
 
 import gc
+import os
 import sys
 import time
 
 
-def main(mode, batch_size, nbytes):
+def main(mode, batch_size, nbytes, cpu=None):
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     import torch
 
-    if mode == "hook":
-        from support import make_resource
-
+    if mode in ("hook", "hook-host"):
         import nbrmm
         from nbrmm.allocators.torch import torch_allocator
 
-        torch.cuda.memory.change_current_allocator(torch_allocator(make_resource(nbrmm, "arena")))
+        if mode == "hook":
+            from support import make_resource
+
+            mr = make_resource(nbrmm, "arena")
+        else:
+            from nbrmm._nbrmm import _testing
+
+            mr = _testing.host_heap_resource()
+        torch.cuda.memory.change_current_allocator(torch_allocator(mr))
     elif mode != "caching":
         raise SystemExit(f"unknown mode {mode!r}")
     empty, uint8 = torch.empty, torch.uint8
@@ -45,4 +60,5 @@ def main(mode, batch_size, nbytes):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+         int(sys.argv[4]) if len(sys.argv) > 4 else None)

@@ -24,3 +24,20 @@ inline device_resource current_resource(int device)
 }
 
 }  // namespace nbrmm::hooks
+
+namespace nbrmm {
+
+/// Number of torch hook slots (nbrmm_torch_alloc_<slot> / nbrmm_torch_free_<slot>).
+inline constexpr int torch_slot_count = 16;
+
+/// What `nbrmm_torch_alloc_<slot>` does (torch_allocator.cpp): allocates `size` bytes on
+/// `device`, ordered on `stream`, from what the slot allocates from. Throws if the slot is
+/// not bound.
+void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream);
+
+/// What `nbrmm_torch_free_<slot>` does: frees `ptr`, which the slot's allocation function
+/// returned for `size`, `device` and `stream`.
+void torch_hook_free(
+  int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept;
+
+}  // namespace nbrmm

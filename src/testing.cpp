@@ -3,7 +3,7 @@
 // The functions here run librmm in tight C++ loops with the GIL released, so that one
 // process can measure both a Python call and librmm's own cost of the same work (the
 // "floor" under any binding), side by side.
-#include "nb_rmm.hpp"
+#include "hooks.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -205,6 +205,27 @@ double gil_round_trip_ns(long iterations)
   return ns_per_iteration(start, clock_type::now(), count);
 }
 
+/// ns per allocation + free through the torch hook's functions of `slot` (what torch
+/// calls through nbrmm_torch_alloc_<slot> and nbrmm_torch_free_<slot>), in a C++ loop.
+double torch_hook_round_trip_ns(int slot, nb::handle nbytes, long iterations)
+{
+  std::size_t const n = parse_size(nbytes, "nbytes");
+  long const count    = iterations_arg(iterations);
+  if (slot < 0 || slot >= torch_slot_count) {
+    throw nb::value_error(("slot: must be in [0, " + std::to_string(torch_slot_count) +
+                           "), got " + std::to_string(slot))
+                            .c_str());
+  }
+  int const device = current_device();
+  nb::gil_scoped_release release;
+  auto const start = clock_type::now();
+  for (long i = 0; i < count; ++i) {
+    void* p = torch_hook_alloc(slot, n, device, nullptr);
+    torch_hook_free(slot, p, n, device, nullptr);
+  }
+  return ns_per_iteration(start, clock_type::now(), count);
+}
+
 /// ns per librmm current-device query (cudaGetDevice), measured in a C++ loop.
 double current_device_ns(long iterations)
 {
@@ -296,6 +317,35 @@ bool
         "ns per GIL release + re-acquire pair (the cost every allocating call pays twice).");
   t.def("current_device_ns", &current_device_ns, nb::arg("iterations"),
         "ns per current-device query (cudaGetDevice through librmm).");
+  t.def("torch_hook_round_trip_ns", &torch_hook_round_trip_ns, nb::arg("slot"),
+        nb::arg("nbytes"), nb::arg("iterations"),
+        R"doc(Time ``iterations`` allocation + free round trips through the torch hook.
+
+The loop calls what torch calls through ``nbrmm_torch_alloc_<slot>`` and
+``nbrmm_torch_free_<slot>``, on the current device and the legacy default stream, with
+the GIL released: the hook's own cost beside :func:`allocate_round_trip_ns` on the
+slot's resource.
+
+Parameters
+----------
+slot : int
+    A slot from ``nbrmm._nbrmm._torch_bind``.
+nbytes : int or str
+    Bytes per allocation.
+iterations : int
+    Number of round trips (at least 1).
+
+Returns
+-------
+float
+    Nanoseconds per round trip.
+
+Raises
+------
+ValueError
+    If ``slot`` is out of range or ``iterations`` is less than 1.
+nbrmm.LogicError
+    If the slot is not bound to a resource.)doc");
   t.def("allocate_round_trip_ns", &allocate_round_trip_ns, nb::arg("mr"), nb::arg("nbytes"),
         nb::arg("iterations"), nb::arg("stream") = default_stream(),
         nb::arg("alignment") = default_alignment,

@@ -34,8 +34,6 @@
 namespace nbrmm {
 namespace {
 
-constexpr int torch_slot_count = 16;
-
 /// What one slot allocates from. Its members never change once published (the resources
 /// themselves are thread-safe, and are used in place).
 struct torch_binding {
@@ -230,6 +228,22 @@ std::size_t torch_outstanding()
 }
 
 }  // namespace
+
+void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
+{
+  return torch_alloc(slot, size, device, stream);
+}
+
+void torch_hook_free(
+  int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept
+{
+  if (slot == 0) {
+    torch_free(ptr);
+  } else {
+    torch_free_bound(slot, ptr, size, device, stream);
+  }
+}
+
 }  // namespace nbrmm
 
 // ------------------------------------------------------------------------------------
@@ -242,16 +256,12 @@ std::size_t torch_outstanding()
   NBRMM_TORCH_EXPORT void* nbrmm_torch_alloc_##i(std::size_t size, int device,               \
                                                  cudaStream_t stream)                         \
   {                                                                                           \
-    return nbrmm::torch_alloc(i, size, device, stream);                                       \
+    return nbrmm::torch_hook_alloc(i, size, device, stream);                                  \
   }                                                                                           \
   NBRMM_TORCH_EXPORT void nbrmm_torch_free_##i(void* ptr, std::size_t size, int device,      \
                                                cudaStream_t stream) noexcept                  \
   {                                                                                           \
-    if constexpr (i == 0) {                                                                   \
-      nbrmm::torch_free(ptr);                                                                 \
-    } else {                                                                                  \
-      nbrmm::torch_free_bound(i, ptr, size, device, stream);                                  \
-    }                                                                                         \
+    nbrmm::torch_hook_free(i, ptr, size, device, stream);                                     \
   }
 
 NBRMM_TORCH_SLOT(0)

@@ -100,6 +100,32 @@ def test_bound_slot_frees_on_the_stream_and_size_torch_gives():
     assert calls == [("a", 300, 2), ("d", 300, 2)]
 
 
+def test_round_trip_measurement_runs_the_slot_functions():
+    from nbrmm._nbrmm import _testing
+
+    heap = HostHeap()
+    slot = _nbrmm._torch_bind(heap.resource())
+    before = _nbrmm._torch_outstanding()
+    assert _testing.torch_hook_round_trip_ns(slot, "1KiB", 25) > 0
+    assert [c[:2] for c in heap.calls] == [("allocate", 1024), ("deallocate", 1024)] * 25
+    assert all(heap.calls[i][2] == heap.calls[i + 1][2] for i in range(0, 50, 2))
+    assert heap.live == {}
+    assert _nbrmm._torch_outstanding() == before
+    current = HostHeap()
+    nbrmm.mr.set_current_device_resource(current.resource())
+    _testing.torch_hook_round_trip_ns(0, 64, 3)  # slot 0: the current resource
+    assert [c[:2] for c in current.calls] == [("allocate", 64), ("deallocate", 64)] * 3
+    assert _nbrmm._torch_outstanding() == before
+    for bad in (-1, SLOTS):
+        with pytest.raises(ValueError, match=r"^slot: must be in \[0, 16\)"):
+            _testing.torch_hook_round_trip_ns(bad, 8, 1)
+    with pytest.raises(ValueError, match="^iterations"):
+        _testing.torch_hook_round_trip_ns(slot, 8, 0)
+    with pytest.raises(ValueError, match="^nbytes"):
+        _testing.torch_hook_round_trip_ns(slot, -1, 1)
+    assert len(heap.calls) == 50
+
+
 def test_current_slot_ignores_pointers_it_did_not_allocate():
     heap = HostHeap()
     alloc, free = _library()

@@ -98,6 +98,10 @@ def synthetic(get_nbrmm_ns=100.0):
         # torch.empty: 4,000 ns beside the caching allocator's 4,400 ns
         bench("p-torch", 400_000, case="paired", impl="nbrmm", target="torch_empty",
               resource="arena", size=256, ops=100, reference_ns={"torch": 4400.0}),
+        # the hook as torch's allocator: 4,600 ns beside 4,400 ns and the floor's 4,300 ns
+        bench("p-torch-hook", 460_000, case="paired", impl="nbrmm", target="torch_empty_hook",
+              resource="arena", size=256, ops=100,
+              reference_ns={"torch": 4400.0, "pluggable_floor": 4300.0}),
         bench("bench_object", 62, case="reference", impl="python", resource="object()"),
         bench("bench_unlabelled", 1234),
     ]
@@ -217,6 +221,17 @@ def test_interleaved_targets_per_call(run_report):
     ]
     torch = row(md, "`torch.empty(256)`, nbrmm hook in a MemPool over arena")
     assert torch[2:] == ["torch's caching allocator", "4,400 ns", "-400 ns", "0.91×", "≤ 1.0×", "met"]
+    hook = [
+        cells[2:]
+        for line in md.splitlines()
+        if line.startswith("| `torch.empty(256)`, nbrmm hook as torch's allocator")
+        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
+    ]
+    assert hook == [
+        ["torch's caching allocator", "4,400 ns", "200 ns", "1.05×", "≤ 1.0×", "**missed**: 1.045×"],
+        ["the hook over a host heap: torch's pluggable-allocator floor", "4,300 ns", "300 ns",
+         "1.07×", "—", "—"],
+    ]
     # In the order of the report: targets, interleaved targets, then the tables.
     assert md.index("## Targets") < md.index("## Targets, timed interleaved") < md.index(
         "## Buffer create"
