@@ -1,8 +1,9 @@
 """A worker process for ``bench_paired.py``: times batches of ``torch.empty`` on command.
 
 torch's allocator can be replaced only once per process, before torch first allocates, so
-comparing nbrmm's hook as torch's allocator with torch's caching allocator takes two
-processes. The benchmark starts one worker of each and has them time a batch in turn.
+comparing nbrmm's hook as torch's allocator with torch's caching allocator takes a
+process for each. The benchmark starts one worker per mode and has them time a batch in
+turn.
 
     python benchmarks/torch_worker.py caching|hook|hook-host BATCH NBYTES [CPU]
 
