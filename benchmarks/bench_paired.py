@@ -10,8 +10,9 @@ Per call, ``report.py`` divides the batch times by ``ops`` (``extra_info``), whi
 records the reference medians (``reference_ns``, ns per call) and the target (``target``):
 
 ``buffer_overhead``
-    ``Buffer(256, mr=arena)`` (and rmm's ``DeviceBuffer``) minus librmm's C++
-    allocate+deallocate round trip on the same resource.
+    ``Buffer(256, mr=...)`` (and rmm's ``DeviceBuffer``) minus librmm's C++
+    allocate+deallocate round trip on the same resource, for the arena, pool and async
+    resources (the targets) and the host kind (Python callables, which needs no GPU).
 ``cupy_empty``
     ``cupy.empty(256, dtype=uint8)`` through nbrmm's hook over an arena, beside CuPy's own
     ``MemoryPool`` and rmm's ``rmm_cupy_allocator`` over rmm's arena.
@@ -97,7 +98,7 @@ pytestmark = pytest.mark.benchmark(disable_gc=True)
 
 
 @pytest.mark.parametrize("impl", ["nbrmm", "rmm"])
-@pytest.mark.parametrize("kind", resource_params(("host", "arena")))
+@pytest.mark.parametrize("kind", resource_params(("host", "arena", "pool", "async")))
 def bench_paired_buffer(benchmark, kind, impl):
     """A buffer of 256 bytes created and destroyed, beside librmm's C++ round trip."""
     lib = import_impl(impl)

@@ -264,7 +264,9 @@ def target_section(results):
     note = (
         "Overheads are the median of the Python call (the timing loop's own call included, as "
         "in the baseline) minus librmm's C++ allocate+deallocate round trip on the same "
-        "resource and size, timed in the same process."
+        "resource and size, timed in the same process. Here the floor was timed at another "
+        "moment than the call; the interleaved table below times the 256-byte calls beside "
+        "their floor, round by round."
     )
     table = md_table(["target", "nbrmm", "rmm", "verdict"], rows, numeric=False)
     return "\n".join(["## Targets", "", table, "", note])
