@@ -1,0 +1,106 @@
+"""benchmarks/paired_runs.py: the interleaved targets summed over several runs."""
+
+import gzip
+import importlib
+import json
+import pathlib
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("paired_runs")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        sys.modules.pop("paired_runs", None)
+        sys.modules.pop("report", None)
+
+
+def paired(target, per_call_ns, ops=100, impl="nbrmm", **info):
+    return {
+        "name": f"bench_paired_{target}",
+        "extra_info": {"case": "paired", "impl": impl, "target": target, "ops": ops, **info},
+        "stats": {"median": per_call_ns * ops * 1e-9},
+    }
+
+
+def run(*benchmarks, commit="abcdef0123", when="2026-12-03T20:00:00"):
+    return {"commit_info": {"id": commit}, "datetime": when, "benchmarks": list(benchmarks)}
+
+
+def cupy(ns, cupy_ns, rmm_ns):
+    return paired("cupy_empty", ns, resource="arena", size=256,
+                  reference_ns={"cupy": cupy_ns, "rmm": rmm_ns})
+
+
+def buffer(kind, ns, floor, impl="nbrmm"):
+    return paired("buffer_overhead", ns, impl=impl, resource=kind, size=256,
+                  reference_ns={"floor": floor})
+
+
+def cells(markdown, first, second):
+    for line in markdown.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if c[:2] == [first, second]:
+            return c[2:]
+    raise AssertionError(f"no row {first!r} / {second!r} in:\n{markdown}")
+
+
+SUBJECT = "`cupy.empty(256)`, nbrmm hook over arena"
+
+
+def test_every_run_gives_one_row_per_target(runs):
+    rows = runs.rows_of_run(run(cupy(2000, 2200, 5000), buffer("arena", 450, 250),
+                                buffer("arena", 900, 250, impl="rmm"),
+                                {"name": "not paired", "extra_info": {"case": "buffer"},
+                                 "stats": {"median": 1e-6}}))
+    assert [(r["reference"], r["measure"]) for r in rows] == [
+        ("CuPy's MemoryPool", "ratio"),
+        ("rmm's rmm_cupy_allocator", "ratio"),
+        ("C++ floor", "difference"),  # rmm's DeviceBuffer has no target: no row
+    ]
+    assert rows[0]["value"] == pytest.approx(2000 / 2200)
+    assert rows[1]["subject_ns"] == pytest.approx(2000) and rows[1]["limit"] == 0.4
+    assert rows[2]["value"] == pytest.approx(200) and rows[2]["limit"] == 250
+    assert {r["commit"] for r in rows} == {"abcdef0"}
+    assert runs.rows_of_run(run(cupy(1, 1, 1)), commit="f00")[0]["commit"] == "f00"
+
+
+def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
+    paths = []
+    for i, (ns, rmm_ns) in enumerate([(1900, 5000), (2100, 5000), (2000, 5000.5)]):
+        path = tmp_path / f"run{i}.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(run(cupy(ns, 2200, rmm_ns),
+                                                      buffer("pool", 400, 200))).encode()))
+        paths.append(str(path))
+    csv_path = tmp_path / "runs.csv"
+    assert runs.main([*paths, "--commit", "1234567", "--csv", str(csv_path)]) == 0
+    md = capsys.readouterr().out
+    # 0.38, 0.42 and 0.39992: two at or under 0.4
+    assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator") == [
+        "≤ 0.4×", "3", "0.400× (0.380× – 0.420×)", "2 of 3", "1234567"]
+    assert cells(md, SUBJECT, "CuPy's MemoryPool")[3] == "3 of 3"
+    assert cells(md, "Buffer(256 B, mr=pool)", "C++ floor") == [
+        "≤ 250 ns", "3", "200 ns (200 ns – 200 ns)", "3 of 3", "1234567"]
+    # The CSV reads back to the same summary, and joins other runs.
+    assert runs.main([str(csv_path)]) == 0
+    assert capsys.readouterr().out == md
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps(run(cupy(3000, 2000, 6000), commit="9999999aaa")))
+    runs.main([str(csv_path), str(more)])
+    both = capsys.readouterr().out
+    assert cells(both, SUBJECT, "CuPy's MemoryPool")[1:] == [
+        "4", "0.932× (0.864× – 1.500×)", "3 of 4", "1234567, 9999999"]
+
+
+def test_runs_without_targets_say_so(runs, tmp_path, capsys):
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps(run()))
+    assert runs.main([str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "no interleaved targets in these runs"
