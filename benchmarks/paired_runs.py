@@ -21,14 +21,7 @@ import pathlib
 import statistics
 import sys
 
-from report import (
-    OVERHEAD_TARGET_NS,
-    OVERHEAD_TARGET_RESOURCES,
-    PAIRED_RATIO_TARGETS,
-    PAIRED_SUBJECTS,
-    fmt_size,
-    md_table,
-)
+from report import PAIRED_SUBJECTS, fmt_size, md_table, paired_figures, results_of
 
 FIELDS = ("commit", "recorded", "target", "subject", "reference", "measure", "subject_ns",
           "reference_ns", "value", "limit")
@@ -42,35 +35,26 @@ def _document(path):
 
 
 def rows_of_run(doc, commit=None):
-    """One row per target of one run (a pytest-benchmark document)."""
+    """One row per target of one run (a pytest-benchmark document): nbrmm's figures beside
+    their targets' references, whether or not the case has a target."""
     commit = commit or (doc.get("commit_info") or {}).get("id", "")[:7]
     recorded = doc.get("datetime", "")
     rows = []
-    for bench in doc.get("benchmarks", []):
-        info = bench.get("extra_info") or {}
-        median = (bench.get("stats") or {}).get("median")
-        if info.get("case") != "paired" or median is None:
+    for r in results_of(doc):
+        if r.case != "paired" or r.impl != "nbrmm":
             continue
-        subject_ns = median * 1e9 / info.get("ops", 1)
-        refs = info.get("reference_ns") or {}
-        target = info.get("target")
-        base = {"commit": commit, "recorded": recorded, "target": target}
+        target = r.info.get("target")
         if target == "buffer_overhead":
-            resource, floor = info.get("resource"), refs.get("floor")
-            if info.get("impl") != "nbrmm" or floor is None:
+            subject = f"Buffer({fmt_size(r.info.get('size'))}, mr={r.info.get('resource')})"
+        else:
+            subject = PAIRED_SUBJECTS.get(target, str(target))
+        for f in paired_figures(r):
+            if f.value is None or f.explains:
                 continue
-            limit = OVERHEAD_TARGET_NS if resource in OVERHEAD_TARGET_RESOURCES else None
-            rows.append({**base, "subject": f"Buffer({fmt_size(info.get('size'))}, mr={resource})",
-                         "reference": "C++ floor", "measure": "difference",
-                         "subject_ns": subject_ns, "reference_ns": floor,
-                         "value": subject_ns - floor, "limit": limit})
-            continue
-        for name, limit, label in PAIRED_RATIO_TARGETS.get(target, ()):
-            ref = refs.get(name)
-            if ref:
-                rows.append({**base, "subject": PAIRED_SUBJECTS.get(target, str(target)),
-                             "reference": label, "measure": "ratio", "subject_ns": subject_ns,
-                             "reference_ns": ref, "value": subject_ns / ref, "limit": limit})
+            rows.append({"commit": commit, "recorded": recorded, "target": target,
+                         "subject": subject, "reference": f.reference, "measure": f.measure,
+                         "subject_ns": r.per_op_ns, "reference_ns": f.reference_ns,
+                         "value": f.value, "limit": f.limit})
     return rows
 
 

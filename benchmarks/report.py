@@ -93,6 +93,11 @@ class Result:
 def load(path):
     """(results, document) from a pytest-benchmark JSON file."""
     doc = json.loads(pathlib.Path(path).read_text())
+    return results_of(doc), doc
+
+
+def results_of(doc):
+    """The results of a pytest-benchmark document (those with a median)."""
     results = []
     for bench in doc.get("benchmarks", []):
         stats = bench.get("stats") or {}
@@ -107,7 +112,36 @@ def load(path):
                 info=dict(bench.get("extra_info") or {}),
             )
         )
-    return results, doc
+    return results
+
+
+@dataclass
+class Figure:
+    """One figure of an interleaved result: the subject beside one of its references."""
+
+    reference: str  #: the reference's label
+    reference_ns: float | None  #: its time per call
+    measure: str  #: "difference" (subject − reference, ns) or "ratio" (subject ÷ reference)
+    value: float | None  #: the figure, None when the reference was not measured
+    limit: float | None  #: the target: the most ``value`` may be; None without one
+    explains: bool = False  #: a reference that explains the subject's time, not a target's
+
+
+def paired_figures(r):
+    """The figures of an interleaved result (case ``paired``), in the report's order."""
+    target, subject = r.info.get("target"), r.per_op_ns
+    refs = r.info.get("reference_ns") or {}
+    if target == "buffer_overhead":
+        floor = refs.get("floor")
+        has_target = r.impl == "nbrmm" and r.info.get("resource") in OVERHEAD_TARGET_RESOURCES
+        yield Figure("C++ floor", floor, "difference", None if floor is None else subject - floor,
+                     OVERHEAD_TARGET_NS if has_target else None)
+        return
+    for name, limit, label in PAIRED_RATIO_TARGETS.get(target, ()):
+        yield Figure(label, refs.get(name), "ratio", ratio(subject, refs.get(name)), limit)
+    for name, label in PAIRED_INFO_REFERENCES.get(target, ()):
+        if refs.get(name) is not None:
+            yield Figure(label, refs[name], "ratio", ratio(subject, refs[name]), None, True)
 
 
 def index(results, case, *keys):
@@ -282,43 +316,31 @@ def paired_section(results):
     for r in sorted(paired, key=lambda r: (rank(r.info.get("target"), order),
                                            rank(r.info.get("resource"), RESOURCE_ORDER),
                                            rank(r.impl, IMPL_ORDER))):
-        target, subject = r.info.get("target"), r.per_op_ns
-        refs = r.info.get("reference_ns") or {}
-        if target == "buffer_overhead":
-            floor = refs.get("floor")
-            over = None if floor is None else subject - floor
+        subject = r.per_op_ns
+        if r.info.get("target") == "buffer_overhead":
             call = "Buffer" if r.impl == "nbrmm" else "DeviceBuffer"
             what = f"{r.impl} `{call}({fmt_size(r.info.get('size'))}, mr={r.info.get('resource')})`"
-            if r.impl != "nbrmm" or over is None or (
-                r.info.get("resource") not in OVERHEAD_TARGET_RESOURCES
-            ):
+        else:
+            what = PAIRED_SUBJECTS.get(r.info.get("target"), str(r.info.get("target")))
+        for f in paired_figures(r):
+            if f.limit is None or (f.measure == "difference" and f.value is None):
                 goal, verdict = DASH, DASH
+            elif f.measure == "difference":
+                goal = f"− floor ≤ {f.limit:.0f} ns"
+                verdict = "met" if f.value <= f.limit else (
+                    f"**missed** by {fmt_time(f.value - f.limit)}")
             else:
-                goal = f"− floor ≤ {OVERHEAD_TARGET_NS:.0f} ns"
-                verdict = "met" if over <= OVERHEAD_TARGET_NS else (
-                    f"**missed** by {fmt_time(over - OVERHEAD_TARGET_NS)}")
-            rows.append((what, fmt_time(subject), "C++ floor", fmt_time(floor), fmt_time(over),
-                         fmt_ratio(ratio(subject, floor)), goal, verdict))
-            continue
-        what = PAIRED_SUBJECTS.get(target, str(target))
-        for name, limit, label in PAIRED_RATIO_TARGETS.get(target, ()):
-            ref = refs.get(name)
-            rel = ratio(subject, ref)
-            if rel is None:
-                verdict = "not measured"
-            elif rel <= limit:
-                verdict = "met"
-            else:
-                verdict = f"**missed**: {rel:.3f}×"
-            rows.append((what, fmt_time(subject), label, fmt_time(ref),
-                         fmt_time(None if ref is None else subject - ref), fmt_ratio(rel),
-                         f"≤ {limit}×", verdict))
-        for name, label in PAIRED_INFO_REFERENCES.get(target, ()):
-            ref = refs.get(name)
-            if ref is not None:
-                rows.append((what, fmt_time(subject), label, fmt_time(ref),
-                             fmt_time(subject - ref), fmt_ratio(ratio(subject, ref)), DASH,
-                             DASH))
+                goal = f"≤ {f.limit}×"
+                if f.value is None:
+                    verdict = "not measured"
+                elif f.value <= f.limit:
+                    verdict = "met"
+                else:
+                    verdict = f"**missed**: {f.value:.3f}×"
+            ref = f.reference_ns
+            rows.append((what, fmt_time(subject), f.reference, fmt_time(ref),
+                         fmt_time(None if ref is None else subject - ref),
+                         fmt_ratio(ratio(subject, ref)), goal, verdict))
     table = md_table(
         ["subject", "per call", "reference", "reference per call", "difference", "ratio",
          "target", "verdict"],

@@ -285,7 +285,8 @@ namespace nbrmm {
 
 void bind_torch_allocator(nb::module_& m)
 {
-  static_assert(torch_slot_count == 16, "export one nbrmm_torch_alloc_<i> and _free_<i> per slot");
+  static_assert(torch_slot_count == 16,
+                "export one nbrmm_torch_alloc_<i> and nbrmm_torch_free_<i> per slot");
   m.def("_torch_bind", &torch_bind, nb::arg("mr").none(),
         R"doc(The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and
 whose ``nbrmm_torch_free_<slot>`` frees what it allocated).
