@@ -15,30 +15,29 @@ NUMBER = 20000
 REPEAT = 31
 
 
+def interleaved(fns):
+    """{name: [ns, one per repeat]} for measurements (``fn() -> ns``) taken in turn, one of
+    each per repeat."""
+    runs = {name: [] for name in fns}
+    for _ in range(REPEAT):
+        for name, fn in fns.items():
+            runs[name].append(fn())
+    return runs
+
+
 def round_robin(stmts, env):
     """{name: [ns per run, one per repeat]} for every (name, statement[, setup])."""
     timers = {
         name: timeit.Timer(stmt, setup=rest[0] if rest else "T.defer_frees(True)", globals=env)
         for name, stmt, *rest in stmts
     }
-    runs = {name: [] for name in timers}
-    for _ in range(REPEAT):
-        for name, timer in timers.items():
-            runs[name].append(timer.timeit(NUMBER) / NUMBER * 1e9)
-    return runs
+    return interleaved(
+        {name: (lambda t=timer: t.timeit(NUMBER) / NUMBER * 1e9) for name, timer in timers.items()}
+    )
 
 
 def cpp_runs(fn):
     return [fn() for _ in range(REPEAT)]
-
-
-def interleaved(fns):
-    """{name: [ns, one per repeat]} for C++ measurements taken in turn, one of each per repeat."""
-    runs = {name: [] for name in fns}
-    for _ in range(REPEAT):
-        for name, fn in fns.items():
-            runs[name].append(fn())
-    return runs
 
 
 def main():
