@@ -74,13 +74,8 @@ def main():
     if cupy is not None:
         cupy_pool = cupy.cuda.MemoryPool()
         hook = cupy_hooks.cupy_allocator(mr=arena)
-
-        def paths(**kw):
-            nbrmm._nbrmm._cupy_init(cupy_hooks._cupy_memory, cupy_hooks._cupy_stream,
-                                    cupy_hooks._cupy_backends_stream, **kw)
-
         env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=hook, cupy_pool=cupy_pool,
-                   paths=paths)
+                   paths=cupy_hooks._set_paths)
         on_hook = "T.defer_frees({}); paths({}); cupy.cuda.set_allocator(hook)"
         stmts += [
             ("cupy.empty(256): CuPy's MemoryPool", "E(256, dtype=u1)",

@@ -12,11 +12,6 @@ from helpers import HostHeap, run_python
 from nbrmm import _nbrmm
 
 
-def _init(hook, **paths):
-    """Re-runs the hook's set-up with CuPy's modules, switching its paths (``paths``)."""
-    _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, hook._cupy_backends_stream, **paths)
-
-
 def _stat(mr, name):
     counts = mr.allocation_counts
     return counts[name] if isinstance(counts, dict) else getattr(counts, name)
@@ -121,12 +116,12 @@ def hook():
     import nbrmm.allocators.cupy as hook
 
     yield hook
-    _init(hook)
+    hook._set_paths()
 
 
 @pytest.fixture(params=[True, False], ids=["fast-pointer", "constructor"])
 def pointer_path(request, hook):
-    _init(hook, fast_pointer=request.param)
+    hook._set_paths(fast_pointer=request.param)
     assert _nbrmm._cupy_fast_pointer() is request.param
     return request.param
 
@@ -239,7 +234,7 @@ def cupy_gpu():
     import nbrmm.allocators.cupy as hook
 
     yield cupy, hook
-    _init(hook)
+    hook._set_paths()
     cupy.cuda.Device().synchronize()
 
 
@@ -267,7 +262,7 @@ def test_gpu_cupy_layout_is_understood(cupy_gpu):
 @pytest.fixture(params=[True, False], ids=["stream-by-device", "current-stream-ptr"])
 def stream_path(request, cupy_gpu):
     cupy, hook = cupy_gpu
-    _init(hook, stream_by_device=request.param)
+    hook._set_paths(stream_by_device=request.param)
     assert _nbrmm._cupy_stream_by_device() is request.param
     return cupy, hook
 
@@ -303,8 +298,7 @@ def test_gpu_per_thread_default_stream_of_cupy(by_device):
         import cupy, nbrmm, nbrmm.mr
         import nbrmm.allocators.cupy as hook
         from nbrmm import _nbrmm
-        _nbrmm._cupy_init(hook._cupy_memory, hook._cupy_stream, hook._cupy_backends_stream,
-                          stream_by_device={by_device})
+        hook._set_paths(stream_by_device={by_device})
         assert _nbrmm._cupy_stream_by_device() is {by_device}
         log = []
         cuda = nbrmm.mr.CudaMemoryResource()
@@ -329,7 +323,7 @@ def test_gpu_per_thread_default_stream_of_cupy(by_device):
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-pointer", "constructor"])
 def test_gpu_arrays_from_bound_resource(cupy_gpu, fast):
     cupy, hook = cupy_gpu
-    _init(hook, fast_pointer=fast)
+    hook._set_paths(fast_pointer=fast)
     stats = nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=stats)):
         x = cupy.arange(1000, dtype=cupy.int64)

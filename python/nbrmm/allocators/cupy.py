@@ -34,7 +34,31 @@ except ImportError:  # older CuPy: the current stream is read through cupy.cuda.
 
 from nbrmm import _nbrmm
 
-_nbrmm._cupy_init(_cupy_memory, _cupy_stream, _cupy_backends_stream)
+
+
+def _set_paths(*, fast_pointer=True, stream_by_device=True):
+    """Prepare the hook for this CuPy, choosing how it builds pointers and reads streams.
+
+    Parameters
+    ----------
+    fast_pointer : bool, optional
+        Build each MemoryPointer by writing its fields (where ``_cupy_init`` checked that
+        this works), rather than through its constructor.
+    stream_by_device : bool, optional
+        Read CuPy's current stream per device through ``cupy_backends`` (where this CuPy
+        has it), rather than through ``cupy.cuda.stream.get_current_stream_ptr``.
+    """
+    _nbrmm._cupy_init(
+        _cupy_memory,
+        _cupy_stream,
+        _cupy_backends_stream,
+        fast_pointer=fast_pointer,
+        stream_by_device=stream_by_device,
+    )
+
+
+_set_paths()
+
 
 def cupy_allocator(mr=None, stream=None):
     """Make a CuPy allocator that allocates from ``mr``.
