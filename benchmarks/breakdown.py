@@ -95,7 +95,7 @@ def main():
     _testing.defer_frees(True)
     if cupy is not None:
         cupy.cuda.set_allocator(None)
-        paths()
+        cupy_hooks._set_paths()
     # The torch hook's functions of a slot bound to the arena, in turn with the floor.
     slot = nbrmm._nbrmm._torch_bind(arena)
     runs.update(interleaved({

@@ -3,7 +3,6 @@
 import importlib.util
 import pathlib
 import statistics
-import sys
 
 import pytest
 
