@@ -74,12 +74,21 @@ def read_rows(paths, commit=None):
     return rows
 
 
+#: Decimals kept in the CSV: times to a tenth of a nanosecond, ratios to five places.
+_NS_DECIMALS, _RATIO_DECIMALS = 1, 5
+
+
 def write_csv(rows, path):
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in FIELDS})
+            out = {k: ("" if row[k] is None else row[k]) for k in FIELDS}
+            for key in ("subject_ns", "reference_ns"):
+                out[key] = f"{row[key]:.{_NS_DECIMALS}f}"
+            places = _RATIO_DECIMALS if row["measure"] == "ratio" else _NS_DECIMALS
+            out["value"] = f"{row['value']:.{places}f}"
+            writer.writerow(out)
 
 
 def _fmt(value, measure):

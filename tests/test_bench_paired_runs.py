@@ -88,6 +88,10 @@ def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
     assert cells(md, SUBJECT, "CuPy's MemoryPool")[3] == "3 of 3"
     assert cells(md, "Buffer(256 B, mr=pool)", "C++ floor") == [
         "≤ 250 ns", "3", "200 ns (200 ns – 200 ns)", "3 of 3", "1234567"]
+    # Ratios are kept to five places, times to a tenth of a nanosecond.
+    text = csv_path.read_text()
+    assert ",2000.0,5000.5,0.39996,0.4" in text
+    assert ",400.0,200.0,200.0,250.0" in text  # a difference, in nanoseconds
     # The CSV reads back to the same summary, and joins other runs.
     assert runs.main([str(csv_path)]) == 0
     assert capsys.readouterr().out == md
