@@ -73,3 +73,12 @@ def read_host(ptr, nbytes):
 
 def write_host(ptr, data):
     ctypes.memmove(ptr, data, len(data))
+
+
+def table_rows(markdown):
+    """The cells (stripped) of every markdown table row in ``markdown``."""
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in markdown.splitlines()
+        if line.startswith("|")
+    ]

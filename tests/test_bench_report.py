@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import nbrmm
+from helpers import table_rows
 
 REPORT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
 MiB = 1 << 20
@@ -138,13 +139,17 @@ def run_report(report, tmp_path, monkeypatch):
     return run
 
 
+def rows(markdown, first_cell):
+    """The cells of every table row whose first cell is ``first_cell``."""
+    return [cells for cells in table_rows(markdown) if cells[0] == first_cell]
+
+
 def row(markdown, first_cell):
-    """The cells of the table row whose first cell is ``first_cell``."""
-    for line in markdown.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0] == first_cell:
-            return cells
-    raise AssertionError(f"no row {first_cell!r} in:\n{markdown}")
+    """The cells of the first table row whose first cell is ``first_cell``."""
+    found = rows(markdown, first_cell)
+    if not found:
+        raise AssertionError(f"no row {first_cell!r} in:\n{markdown}")
+    return found[0]
 
 
 def test_machine_and_versions(run_report):
@@ -209,25 +214,15 @@ def test_interleaved_targets_per_call(run_report):
     assert row(md, "nbrmm `Buffer(256 B, mr=host)`")[-2:] == ["—", "—"]
     rm = row(md, "rmm `DeviceBuffer(256 B, mr=arena)`")
     assert rm[1:5] == ["900 ns", "C++ floor", "240 ns", "660 ns"] and rm[-1] == "—"
-    cupy = [
-        cells
-        for line in md.splitlines()
-        if line.startswith("| `cupy.empty(256)`")
-        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
-    ]
+    cupy = rows(md, "`cupy.empty(256)`, nbrmm hook over arena")
     assert [c[2:] for c in cupy] == [
         ["CuPy's MemoryPool", "1,900 ns", "100 ns", "1.05×", "≤ 1.0×", "**missed**: 1.053×"],
         ["rmm's rmm_cupy_allocator", "5,000 ns", "-3,000 ns", "0.40×", "≤ 0.4×", "met"],
     ]
     torch = row(md, "`torch.empty(256)`, nbrmm hook in a MemPool over arena")
     assert torch[2:] == ["torch's caching allocator", "4,400 ns", "-400 ns", "0.91×", "≤ 1.0×", "met"]
-    hook = [
-        cells[2:]
-        for line in md.splitlines()
-        if line.startswith("| `torch.empty(256)`, nbrmm hook as torch's allocator")
-        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
-    ]
-    assert hook == [
+    hook = rows(md, "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena")
+    assert [c[2:] for c in hook] == [
         ["torch's caching allocator", "4,400 ns", "200 ns", "1.05×", "≤ 1.0×", "**missed**: 1.045×"],
         ["the hook over a host heap: torch's pluggable-allocator floor", "4,300 ns", "300 ns",
          "1.07×", "—", "—"],

@@ -35,7 +35,6 @@ except ImportError:  # older CuPy: the current stream is read through cupy.cuda.
 from nbrmm import _nbrmm
 
 
-
 def _set_paths(*, fast_pointer=True, stream_by_device=True):
     """Prepare the hook for this CuPy, choosing how it builds pointers and reads streams.
 
