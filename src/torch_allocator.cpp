@@ -97,38 +97,6 @@ torch_state& state()
   return *s;
 }
 
-void* torch_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
-{
-  if (size == 0) { return nullptr; }
-  torch_state& st  = state();
-  torch_binding* b = st.slots[slot].load(std::memory_order_acquire);
-  if (b == nullptr) {
-    throw rmm::logic_error{"nbrmm: torch allocator slot " + std::to_string(slot) +
-                           " is not bound to a resource"};
-  }
-  device_scope const with_device{device};
-  if (!b->current) {
-    device_resource* bound = b->find(device);
-    if (bound == nullptr) {
-      throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
-                             std::to_string(device)};
-    }
-    void* ptr = bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
-    b->outstanding.fetch_add(1, std::memory_order_relaxed);
-    return ptr;
-  }
-  device_resource res = hooks::current_resource(device);
-  void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
-  try {
-    std::lock_guard<std::mutex> lock{st.records_lock};
-    st.records.insert_or_assign(ptr, torch_record{res, size, stream, device});
-  } catch (...) {
-    res.deallocate(cuda::stream_ref{stream}, ptr, size, default_alignment);
-    throw;
-  }
-  return ptr;
-}
-
 void torch_free(void* ptr) noexcept
 {
   if (ptr == nullptr) { return; }
@@ -231,7 +199,34 @@ std::size_t torch_outstanding()
 
 void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
 {
-  return torch_alloc(slot, size, device, stream);
+  if (size == 0) { return nullptr; }
+  torch_state& st  = state();
+  torch_binding* b = st.slots[slot].load(std::memory_order_acquire);
+  if (b == nullptr) {
+    throw rmm::logic_error{"nbrmm: torch allocator slot " + std::to_string(slot) +
+                           " is not bound to a resource"};
+  }
+  device_scope const with_device{device};
+  if (!b->current) {
+    device_resource* bound = b->find(device);
+    if (bound == nullptr) {
+      throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
+                             std::to_string(device)};
+    }
+    void* ptr = bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
+    b->outstanding.fetch_add(1, std::memory_order_relaxed);
+    return ptr;
+  }
+  device_resource res = hooks::current_resource(device);
+  void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
+  try {
+    std::lock_guard<std::mutex> lock{st.records_lock};
+    st.records.insert_or_assign(ptr, torch_record{res, size, stream, device});
+  } catch (...) {
+    res.deallocate(cuda::stream_ref{stream}, ptr, size, default_alignment);
+    throw;
+  }
+  return ptr;
 }
 
 void torch_hook_free(
