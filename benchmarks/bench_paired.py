@@ -273,6 +273,6 @@ def bench_paired_torch_empty_hook(request):
         },
     }
     seconds = [ns * BATCH / 1e9 for ns in samples["nbrmm"]]
-    name = "bench_paired_torch_empty_hook"
     group = f"paired torch.empty hook {size_id(NBYTES)}"
-    request.config.nbrmm_child_benchmarks.append(benchmark_entry(name, group, seconds, info))
+    request.config.nbrmm_child_benchmarks.append(
+        benchmark_entry(request.node.nodeid, group, seconds, info))

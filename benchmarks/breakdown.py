@@ -119,8 +119,8 @@ def main():
     loop = statistics.median(runs["timeit loop (pass)"])
     print(f"\nBuffer(256, mr=arena) − C++ floor: {over:.0f} ns "
           f"({over - loop:.0f} ns without the timing loop's own {loop:.0f} ns)")
-    hook = statistics.median(runs["C++: torch hook alloc+free 256 B (slot bound to arena)"])
-    print(f"torch hook alloc+free − C++ floor: {hook - floor:.0f} ns")
+    torch_slot = statistics.median(runs["C++: torch hook alloc+free 256 B (slot bound to arena)"])
+    print(f"torch hook alloc+free − C++ floor: {torch_slot - floor:.0f} ns")
     return 0
 
 

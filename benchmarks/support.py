@@ -103,17 +103,18 @@ def record(benchmark, case, impl, **info):
     benchmark.group = " ".join(parts)
 
 
-def benchmark_entry(name, group, seconds, extra_info):
+def benchmark_entry(nodeid, group, seconds, extra_info):
     """A pytest-benchmark JSON entry for rounds timed outside pytest-benchmark (``seconds``:
-    one sample per round), to add to the run's JSON as conftest.py adds child processes'."""
+    one sample per round) by the test ``nodeid``, to add to the run's JSON as conftest.py
+    adds child processes'."""
     ordered = sorted(seconds)
     n = len(ordered)
     q1, _, q3 = statistics.quantiles(ordered, n=4) if n > 1 else ordered * 3
     mean = statistics.fmean(ordered)
     return {
         "group": group,
-        "name": name,
-        "fullname": f"benchmarks/bench_paired.py::{name}",
+        "name": nodeid.rpartition("::")[2],
+        "fullname": nodeid,
         "params": None,
         "param": None,
         "extra_info": extra_info,

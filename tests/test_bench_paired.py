@@ -60,3 +60,16 @@ def test_timed_is_ns_per_call(paired, monkeypatch):
     calls = []
     assert paired._timed(lambda: calls.append(1), ops=7) == 1_000.0
     assert calls == [1]
+
+
+def test_benchmark_entry_names_the_test_and_summarises_rounds(paired):
+    import support  # on sys.path through the `paired` fixture
+
+    nodeid = "benchmarks/bench_paired.py::bench_paired_torch_empty_hook"
+    entry = support.benchmark_entry(nodeid, "g", [3.0, 1.0, 2.0, 6.0], {"case": "paired"})
+    assert entry["fullname"] == nodeid
+    assert entry["name"] == "bench_paired_torch_empty_hook"
+    stats = entry["stats"]
+    assert (stats["min"], stats["max"], stats["median"], stats["rounds"]) == (1.0, 6.0, 2.5, 4)
+    assert stats["mean"] == 3.0 and stats["total"] == 12.0
+    assert entry["extra_info"] == {"case": "paired"} and entry["group"] == "g"
