@@ -39,17 +39,6 @@ namespace {
 struct torch_binding {
   bool current{false};  ///< the current resource of the requested device
   std::vector<std::pair<int, device_resource>> by_device;  ///< device -1: any device
-  std::atomic<std::ptrdiff_t> outstanding{0};  ///< a bound slot's allocations not yet freed
-
-  torch_binding() = default;
-  torch_binding(bool cur, std::vector<std::pair<int, device_resource>> res)
-    : current{cur}, by_device{std::move(res)}
-  {
-  }
-  torch_binding(torch_binding&& other) noexcept
-    : current{other.current}, by_device{std::move(other.by_device)}
-  {
-  }
 
   [[nodiscard]] device_resource* find(int device) noexcept
   {
@@ -132,7 +121,6 @@ void torch_free_bound(
   } catch (...) {
     // As above: the memory is lost.
   }
-  b->outstanding.fetch_sub(1, std::memory_order_relaxed);
 }
 
 /// Binds a slot to `binding` (or finds one bound alike) and returns its index.
@@ -182,17 +170,14 @@ int torch_bind(nb::handle mr)
   return bind_slot(std::move(binding));
 }
 
+/// Slot 0's allocations not yet freed. Bound slots keep no count: their resources' own
+/// accounting (a statistics adaptor, say) shows what they hold, and a shared counter would
+/// cost every allocation a locked read-modify-write on a line all threads contend for.
 std::size_t torch_outstanding()
 {
   torch_state& st = state();
-  std::ptrdiff_t bound = 0;
-  for (auto& slot : st.slots) {
-    if (torch_binding const* b = slot.load(std::memory_order_acquire)) {
-      bound += b->outstanding.load(std::memory_order_relaxed);
-    }
-  }
   std::lock_guard<std::mutex> lock{st.records_lock};
-  return st.records.size() + static_cast<std::size_t>(std::max<std::ptrdiff_t>(bound, 0));
+  return st.records.size();
 }
 
 }  // namespace
@@ -213,9 +198,7 @@ void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stre
       throw rmm::logic_error{"nbrmm: this torch allocator has no resource for device " +
                              std::to_string(device)};
     }
-    void* ptr = bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
-    b->outstanding.fetch_add(1, std::memory_order_relaxed);
-    return ptr;
+    return bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
   }
   device_resource res = hooks::current_resource(device);
   void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
@@ -305,7 +288,8 @@ TypeError
 ValueError
     If a resource was created on another device than its key, or every slot is taken.)doc");
   m.def("_torch_outstanding", &torch_outstanding,
-        "The number of allocations made through the torch hook and not yet freed.");
+        "The number of allocations made through slot 0 of the torch hook (the current\n"
+        "resource) and not yet freed.");
   m.attr("_torch_slot_count") = torch_slot_count;
 }
 

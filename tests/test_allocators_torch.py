@@ -71,10 +71,9 @@ def test_bound_slot_allocates_from_its_resource_and_frees_to_it():
     device = nbrmm.get_current_device()
     ptr = alloc[slot](1000, device, None)
     assert heap.live == {ptr: 1000}
-    assert _nbrmm._torch_outstanding() == before + 1
+    assert _nbrmm._torch_outstanding() == before  # slot 0's count only: bound slots keep none
     free[slot](ptr, 1000, device, None)
     assert heap.live == {}
-    assert _nbrmm._torch_outstanding() == before
     assert alloc[slot](0, device, None) is None  # nothing allocated for 0 bytes
     free[slot](None, 0, device, None)
     assert heap.calls == [("allocate", 1000, ptr), ("deallocate", 1000, ptr)]
@@ -203,7 +202,8 @@ def test_gpu_mem_pool_allocates_from_the_bound_resource():
     assert int(t.sum().item()) == 100_000 * 99_999 // 2
     assert _stat(stats, "total_count") >= 1
     assert _stat(stats, "current_bytes") >= t.numel() * 8
-    assert _nbrmm._torch_outstanding() > before
+    assert _stat(stats, "current_count") >= 1
+    assert _nbrmm._torch_outstanding() == before  # a bound slot: nothing recorded
     del t, pool
     gc.collect()
     torch.cuda.synchronize()
