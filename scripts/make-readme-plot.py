@@ -17,7 +17,6 @@ the Buffer workload over malloc'd host memory, for machines without a GPU.
 """
 
 import argparse
-import ctypes
 import gc
 import os
 import shutil
@@ -28,25 +27,6 @@ MiB = 1 << 20
 
 def profile_path(log):
     return os.path.splitext(log)[0] + ".profile.json"
-
-
-def host_memory_resource(nbrmm):
-    """A malloc/free-backed resource (the Buffer workload never touches the memory)."""
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-
-    def allocate(nbytes, stream):
-        ptr = libc.malloc(max(nbytes, 1))
-        if not ptr:
-            raise MemoryError(f"malloc({nbytes}) failed")
-        return ptr
-
-    def deallocate(ptr, nbytes, stream):
-        libc.free(ptr)
-
-    return nbrmm.mr.CallbackMemoryResource(allocate, deallocate)
 
 
 def buffer_workload(nbrmm, profiler):
@@ -98,7 +78,8 @@ def record(log, host_memory):
     from nbrmm.plot import write_profile
 
     if host_memory:
-        nbrmm.mr.set_current_device_resource(host_memory_resource(nbrmm))
+        # A C++ resource over the host heap (the workload never touches the memory).
+        nbrmm.mr.set_current_device_resource(nbrmm._nbrmm._testing.host_heap_resource())
     elif hasattr(nbrmm.mr, "PoolMemoryResource"):
         nbrmm.mr.set_current_device_resource(
             nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(), initial_pool_size="1GiB")
