@@ -16,9 +16,9 @@ The allocator's C functions are compiled into nbrmm's extension. Memory goes bac
 resource that made it, on the stream it was allocated on, even if the current device
 resource changed meanwhile: an allocator bound to resources frees to its own resource for
 the device, and :data:`rmm_torch_allocator` records the resource of each allocation. The
-functions never take the GIL
-themselves (torch may call them while holding its own locks); a resource implemented in
-Python takes it for its callbacks, so prefer C++ resources behind torch.
+functions never take the GIL themselves (torch may call them while holding its own locks);
+a resource implemented in Python takes it for its callbacks, so prefer C++ resources behind
+torch.
 
 A failed allocation raises the C++ error into torch, which reports it as a
 ``RuntimeError`` carrying librmm's message (torch's pluggable allocators cannot raise
