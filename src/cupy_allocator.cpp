@@ -418,12 +418,11 @@ PyTypeObject* allocator_type = nullptr;
 cudaStream_t cupy_current_stream(int device, PyObject*& keep)
 {
   std::intptr_t handle = 0;
-  if (cupy->by_device) {
-    handle = cupy->device_stream_ptr(device);
+  if (cupy->by_device || cupy->current_stream_ptr != nullptr) {
+    // CuPy builds declare these C functions `except *` or `except? -1`, and the capsule's
+    // signature does not say which: an error can come with any return value.
+    handle = cupy->by_device ? cupy->device_stream_ptr(device) : cupy->current_stream_ptr();
     if (PyErr_Occurred() != nullptr) { throw nb::python_error(); }
-  } else if (cupy->current_stream_ptr != nullptr) {
-    handle = cupy->current_stream_ptr();
-    if (handle == -1 && PyErr_Occurred() != nullptr) { throw nb::python_error(); }
   } else {
     nb::object s = nb::steal(PyObject_CallNoArgs(cupy->get_current_stream));
     if (!s.is_valid()) { throw nb::python_error(); }
