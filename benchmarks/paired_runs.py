@@ -3,7 +3,8 @@
 One run of ``bench_paired.py`` gives one figure per target, and a shared machine moves
 that figure from run to run. This script reads several runs (pytest-benchmark JSON,
 optionally gzipped, or CSV this script wrote), prints every target's runs, median, range
-and how many runs met it, and can write one CSV row per run and target.
+a 95% confidence interval of the median, and how many runs met it, and can write one CSV
+row per run and target.
 
     python benchmarks/paired_runs.py RUN.json [RUN.json.gz ...] [--commit C] [--csv OUT]
     python benchmarks/paired_runs.py benchmarks/results/paired-runs.csv
@@ -17,6 +18,7 @@ import argparse
 import csv
 import gzip
 import json
+import math
 import pathlib
 import statistics
 import sys
@@ -101,6 +103,25 @@ def _goal(limit, measure):
     return f"≤ {limit}×" if measure == "ratio" else f"≤ {limit:,.0f} ns"
 
 
+def median_interval(values, confidence=0.95):
+    """A distribution-free confidence interval of the median of ``values``: the order
+    statistics ``x(l)`` and ``x(n+1-l)`` with the largest ``l`` whose interval covers the
+    median with at least ``confidence`` (the number of runs under the true median is
+    binomial, n and one half). None when there are too few values for that confidence."""
+    n = len(values)
+    tail = (1.0 - confidence) / 2.0
+    below, lower = 0.0, 0  # P(B <= lower - 1), and the 1-based index of the lower bound
+    while lower < n // 2:
+        p_next = below + math.comb(n, lower) / 2.0 ** n
+        if p_next > tail:
+            break
+        below, lower = p_next, lower + 1
+    if lower == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[lower - 1], ordered[n - lower]
+
+
 def summary(rows):
     """A markdown table: per subject and reference, the runs and the spread of the figure."""
     groups = {}
@@ -111,12 +132,15 @@ def summary(rows):
         values = [r["value"] for r in group]
         limit = group[0]["limit"]
         met = "—" if limit is None else f"{sum(v <= limit for v in values)} of {len(values)}"
+        interval = median_interval(values)
         lines.append((subject, reference, _goal(limit, measure), str(len(values)),
                       f"{_fmt(statistics.median(values), measure)} "
                       f"({_fmt(min(values), measure)} – {_fmt(max(values), measure)})",
+                      "—" if interval is None else
+                      f"{_fmt(interval[0], measure)} – {_fmt(interval[1], measure)}",
                       met, ", ".join(sorted({r["commit"] for r in group}))))
-    return md_table(["subject", "reference", "target", "runs", "median (range)", "met",
-                     "commits"], lines, numeric=False)
+    return md_table(["subject", "reference", "target", "runs", "median (range)",
+                     "median, 95% CI", "met", "commits"], lines, numeric=False)
 
 
 def main(argv=None):

@@ -86,10 +86,10 @@ def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
     md = capsys.readouterr().out
     # 0.38, 0.42 and 0.39996: two at or under 0.4
     assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator") == [
-        "≤ 0.4×", "3", "0.400× (0.380× – 0.420×)", "2 of 3", "1234567"]
-    assert cells(md, SUBJECT, "CuPy's MemoryPool")[3] == "3 of 3"
+        "≤ 0.4×", "3", "0.400× (0.380× – 0.420×)", "—", "2 of 3", "1234567"]
+    assert cells(md, SUBJECT, "CuPy's MemoryPool")[4] == "3 of 3"
     assert cells(md, "Buffer(256 B, mr=pool)", "C++ floor") == [
-        "≤ 250 ns", "3", "200 ns (200 ns – 200 ns)", "3 of 3", "1234567"]
+        "≤ 250 ns", "3", "200 ns (200 ns – 200 ns)", "—", "3 of 3", "1234567"]
     # Ratios are kept to five places, times to a tenth of a nanosecond.
     text = csv_path.read_text()
     assert ",2000.0,5000.5,0.39996,0.4" in text
@@ -102,7 +102,28 @@ def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
     runs.main([str(csv_path), str(more)])
     both = capsys.readouterr().out
     assert cells(both, SUBJECT, "CuPy's MemoryPool")[1:] == [
-        "4", "0.932× (0.864× – 1.500×)", "3 of 4", "1234567, 9999999"]
+        "4", "0.932× (0.864× – 1.500×)", "—", "3 of 4", "1234567, 9999999"]
+
+
+@pytest.mark.parametrize(("n", "expected"), [
+    (5, None), (6, (1, 6)), (9, (2, 8)), (20, (6, 15)), (78, (30, 49)), (100, (40, 61))])
+def test_median_interval_is_the_binomial_order_statistics(runs, n, expected):
+    # The published 95% intervals for the median: x(6)-x(15) of 20, x(40)-x(61) of 100.
+    values = [10.0 * i for i in range(n, 0, -1)]  # unsorted on purpose
+    got = runs.median_interval(values)
+    assert got == (None if expected is None else (10.0 * expected[0], 10.0 * expected[1]))
+
+
+def test_summary_shows_the_median_interval_once_there_are_enough_runs(runs, capsys, tmp_path):
+    ratios = [0.90, 0.95, 1.00, 1.05, 1.10, 1.15, 0.85, 0.80, 1.20]  # 9 runs: x(2)-x(8)
+    paths = []
+    for i, r in enumerate(ratios):
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps(run(cupy(r * 2000, 2000, 5000))))
+        paths.append(str(path))
+    assert runs.main(paths) == 0
+    row = cells(capsys.readouterr().out, SUBJECT, "CuPy's MemoryPool")
+    assert row[2:5] == ["1.000× (0.800× – 1.200×)", "0.850× – 1.150×", "5 of 9"]
 
 
 def test_runs_without_targets_say_so(runs, tmp_path, capsys):
