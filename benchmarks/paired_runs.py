@@ -22,6 +22,7 @@ import math
 import pathlib
 import statistics
 import sys
+from fractions import Fraction
 
 from report import PAIRED_SUBJECTS, fmt_size, md_table, paired_figures, results_of
 
@@ -107,15 +108,17 @@ def median_interval(values, confidence=0.95):
     """A distribution-free confidence interval of the median of ``values``: the order
     statistics ``x(l)`` and ``x(n+1-l)`` with the largest ``l`` whose interval covers the
     median with at least ``confidence`` (the number of runs under the true median is
-    binomial, n and one half). None when there are too few values for that confidence."""
+    binomial, n and one half). None when there are too few values for that confidence.
+    The binomial tail is summed exactly, so that any number of runs works."""
     n = len(values)
-    tail = (1.0 - confidence) / 2.0
-    below, lower = 0.0, 0  # P(B <= lower - 1), and the 1-based index of the lower bound
+    # P(B <= l - 1) <= tail, counted in the 2**n equally likely outcomes
+    allowed = (1 - Fraction(confidence).limit_denominator()) / 2 * 2**n
+    below, lower = 0, 0  # the outcomes with B <= lower - 1; the 1-based index l
     while lower < n // 2:
-        p_next = below + math.comb(n, lower) / 2.0 ** n
-        if p_next > tail:
+        below += math.comb(n, lower)  # now the outcomes with B <= lower
+        if below > allowed:
             break
-        below, lower = p_next, lower + 1
+        lower += 1
     if lower == 0:
         return None
     ordered = sorted(values)

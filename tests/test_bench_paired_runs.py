@@ -106,9 +106,12 @@ def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("n", "expected"), [
-    (5, None), (6, (1, 6)), (9, (2, 8)), (20, (6, 15)), (78, (30, 49)), (100, (40, 61))])
+    (5, None), (6, (1, 6)), (9, (2, 8)), (20, (6, 15)), (78, (30, 49)), (100, (40, 61)),
+    (2000, (956, 1045))])
 def test_median_interval_is_the_binomial_order_statistics(runs, n, expected):
-    # The published 95% intervals for the median: x(6)-x(15) of 20, x(40)-x(61) of 100.
+    # The published 95% intervals for the median: x(6)-x(15) of 20, x(40)-x(61) of 100;
+    # of 2000 (past what a float can hold of 2**n), the normal approximation's
+    # 1000 -/+ 1.96 * sqrt(2000) / 2 = 956.2 and 1043.8, to whole order statistics.
     values = [10.0 * i for i in range(n, 0, -1)]  # unsorted on purpose
     got = runs.median_interval(values)
     assert got == (None if expected is None else (10.0 * expected[0], 10.0 * expected[1]))
