@@ -147,15 +147,16 @@ def median_s(benchmark):
 # ---------------------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
+_libc.aligned_alloc.restype = ctypes.c_void_p
+_libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
 _libc.free.argtypes = [ctypes.c_void_p]
 
 
 def _host_allocate(nbytes, stream):
-    ptr = _libc.malloc(max(nbytes, 1))
+    # librmm's resources return 256-byte aligned memory, and nbrmm holds Python ones to it.
+    ptr = _libc.aligned_alloc(256, (max(nbytes, 1) + 255) // 256 * 256)
     if not ptr:
-        raise MemoryError(f"malloc({nbytes}) failed")
+        raise MemoryError(f"aligned_alloc({nbytes}) failed")
     return ptr
 
 

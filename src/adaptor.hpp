@@ -4,7 +4,13 @@
 // together with what it refers to but does not own.
 #pragma once
 
-#include "nb_rmm.hpp"
+#include "args.hpp"
+#include "bindings.hpp"
+#include "deferred_frees.hpp"
+#include "device.hpp"
+#include "errors.hpp"
+#include "gil.hpp"
+#include "resource.hpp"
 
 #include <memory>
 #include <string>
@@ -27,17 +33,6 @@ inline DeviceMemoryResource& resource_on_device(nb::handle obj, char const* para
   return r;
 }
 
-/// Raises TypeError naming `param` unless `obj` is a real bool (no silent truthiness).
-inline bool bool_arg(nb::handle obj, char const* param)
-{
-  if (!PyBool_Check(obj.ptr())) {
-    throw nb::type_error((std::string{param} + ": expected a bool, got " +
-                          nb::type_name(obj.type()).c_str())
-                           .c_str());
-  }
-  return obj.ptr() == Py_True;
-}
-
 /// Finishes the `__init__` of a resource that has no upstream: `self` is raw memory.
 template <class Py>
 void init_resource(Py* self, device_resource res, int device, bool host_accessible = false)
@@ -49,8 +44,8 @@ void init_resource(Py* self, device_resource res, int device, bool host_accessib
 }
 
 /// Binds `Py`, a resource without parameters that holds a default-constructed librmm
-/// `Cpp`, and registers its wrapper.
-template <class Py, class Cpp, bool HostAccessible>
+/// `Cpp`, and registers its wrapper. `NeedsGpu`: the constructor asks the CUDA driver.
+template <class Py, class Cpp, bool HostAccessible, bool NeedsGpu = false>
 nb::class_<Py, DeviceMemoryResource> bind_plain_resource(nb::handle scope,
                                                          char const* name,
                                                          char const* doc)
@@ -58,7 +53,8 @@ nb::class_<Py, DeviceMemoryResource> bind_plain_resource(nb::handle scope,
   auto cls = resource_class<Py>(scope, name, doc);
   cls.def(
     "__init__",
-    [](Py* self) {
+    [name](Py* self) {
+      if constexpr (NeedsGpu) { require_gpu(name); }
       int const device = current_device();
       init_resource(self, device_resource{Cpp{}}, device, HostAccessible);
     },
@@ -77,7 +73,7 @@ device_resource make_resource(Make&& make, bool release_gil)
 }
 
 /// The `__init__` of an adaptor: checks `upstream_mr` (a resource of the current device),
-/// builds the librmm adaptor with `make(owning copy of the upstream)`, without the GIL
+/// builds the librmm adaptor with `make(owned copy of the upstream)`, without the GIL
 /// when `release_gil` (constructors that allocate), and keeps the Python upstream object.
 /// Memory from an adaptor is host-accessible when its upstream's is.
 template <class Py, class Make>
@@ -85,10 +81,14 @@ void init_adaptor(Py* self, nb::handle upstream_mr, Make&& make, bool release_gi
 {
   int const device         = current_device();
   DeviceMemoryResource& up = resource_on_device(upstream_mr, "upstream_mr", device);
+  check_reentry(upstream_mr, "upstream_mr");
   bool const host          = up.host_accessible;
-  device_resource res      = make_resource(
-    [&, upstream = up.get()]() mutable { return make(std::move(upstream)); }, release_gil);
-  new (self) Py{};
+  device_resource copy     = up.owned_copy(upstream_mr);
+  Py made{};
+  made.adopt(up, copy);
+  device_resource res = make_resource(
+    [&, upstream = std::move(copy)]() mutable { return make(std::move(upstream)); }, release_gil);
+  new (self) Py(std::move(made));
   self->device          = device;
   self->host_accessible = host;
   self->upstream        = nb::borrow(upstream_mr);

@@ -120,9 +120,17 @@ allocations.)doc")
               "min_size_exponent: int = -1, max_size_exponent: int = -1) -> None"))
     .def(
       "add_bin",
-      [](BinningMemoryResource& self, nb::handle allocation_size, nb::handle bin_resource) {
+      [](nb::handle py_self, nb::handle allocation_size, nb::handle bin_resource) {
+        auto& self             = *nb::inst_ptr<BinningMemoryResource>(py_self);
         std::size_t const size = parse_size(allocation_size, "allocation_size");
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }
+        // A bin without a resource is a FixedSizeMemoryResource taking 128 blocks at once.
+        std::size_t const most = bin_resource.is_none() ? max_request / 128 : max_request;
+        if (size > most) {
+          throw nb::value_error(("allocation_size: at most " + std::to_string(most) +
+                                 " bytes, got " + std::to_string(size))
+                                  .c_str());
+        }
         binning_resource& bins = binning_of(self);
         if (bin_resource.is_none()) {
           gil_release release;
@@ -130,13 +138,20 @@ allocations.)doc")
           return;
         }
         DeviceMemoryResource& bin = resource_on_device(bin_resource, "bin_resource", self.device);
+        if (depends_on(bin_resource, py_self)) {
+          throw nb::value_error(
+            "bin_resource: the resource is this BinningMemoryResource or depends on it; a "
+            "resource cannot be its own upstream");
+        }
         auto* holder = cuda::mr::resource_cast<binning_holder>(&self.get());
         if (holder == nullptr) {
           throw nb::type_error(
             "bin_resource: this binning resource was created by C++ code, which cannot own "
             "its bins; add bins with a resource only to a BinningMemoryResource made in Python");
         }
-        holder->extra().push_back(std::make_unique<device_resource>(bin.get()));
+        device_resource copy = bin.owned_copy(bin_resource);
+        self.adopt(bin, copy);
+        holder->extra().push_back(std::make_unique<device_resource>(std::move(copy)));
         bins.add_bin(size, rmm::device_async_resource_ref{*holder->extra().back()});
         bins_of(self).append(bin_resource);
         self.host_accessible = self.host_accessible && bin.host_accessible;

@@ -2,7 +2,7 @@
 // Python callables. Unlike rmm, the callables are owned by the C++ resource itself, so
 // any C++ copy of it (in a buffer, an adaptor, the per-device map, another extension)
 // keeps them alive and can never call a freed Python object.
-#include "nb_rmm.hpp"
+#include "adaptor.hpp"
 
 #include <string>
 
@@ -46,9 +46,12 @@ GIL held. The memory is treated as device-accessible.)doc")
       [](CallbackMemoryResource* self, nb::handle allocate_func, nb::handle deallocate_func) {
         require_callable(allocate_func, "allocate_func");
         require_callable(deallocate_func, "deallocate_func");
+        python_resource py{allocate_func, deallocate_func, "allocate_func"};
         new (self) CallbackMemoryResource{};
-        self->device = current_device();
-        self->res    = device_resource{python_resource{allocate_func, deallocate_func}};
+        self->device       = current_device();
+        self->callback_key = py.state_ptr();
+        self->calls_python = true;
+        self->res          = device_resource{std::move(py)};
       },
       nb::arg("allocate_func"), nb::arg("deallocate_func"))
     .def_prop_ro(
@@ -67,8 +70,11 @@ GIL held. The memory is treated as device-accessible.)doc")
       "The deallocation callable.");
 
   register_wrapper([](device_resource const& res, int device) -> nb::object {
-    if (cuda::mr::resource_cast<python_resource>(&res) == nullptr) { return nb::object{}; }
-    return make_resource_object<CallbackMemoryResource>(res, device);
+    auto const* py = cuda::mr::resource_cast<python_resource>(&res);
+    if (py == nullptr) { return nb::object{}; }
+    nb::object obj = make_resource_object<CallbackMemoryResource>(res, device);
+    nb::inst_ptr<CallbackMemoryResource>(obj)->callback_key = py->state_ptr();
+    return obj;
   });
 }
 

@@ -57,6 +57,7 @@ nbrmm.LogicError
           if (fabric) { bits |= static_cast<std::int32_t>(handle_type::fabric); }
           handles = static_cast<handle_type>(bits);
         }
+        require_gpu("CudaAsyncMemoryResource");
         int const device = current_device();
         init_resource(
           self,

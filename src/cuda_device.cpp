@@ -1,6 +1,9 @@
 // Device queries of rmm/cuda_device.hpp. None of these abort without a GPU: they either
 // report "no device" (-1 / 0) or raise nbrmm.CudaError.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
+#include "device.hpp"
+#include "errors.hpp"
+#include "gil.hpp"
 
 #include <rmm/cuda_device.hpp>
 
@@ -44,6 +47,19 @@ void check_device(int device)
                            std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")")
                             .c_str());
   }
+}
+
+void require_gpu(char const* what)
+{
+  int count = 0;
+  cudaError_t const status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) { return; }
+  cudaGetLastError();
+  std::string reason = status == cudaSuccess ? std::string{"no CUDA device is visible"}
+                                             : std::string{cudaGetErrorString(status)} + " (" +
+                                                 cudaGetErrorName(status) + ")";
+  throw no_gpu_error{std::string{what} + " needs a GPU, and there is no usable CUDA driver " +
+                     "or GPU: " + reason};
 }
 
 void bind_cuda_device(nb::module_& m)

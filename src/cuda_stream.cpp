@@ -1,6 +1,9 @@
 // nbrmm.Stream (rmm/cuda_stream.hpp): an owned CUDA stream, or a non-owning view of any
 // object that implements the `__cuda_stream__` protocol, which it keeps alive.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+#include "gil.hpp"
+#include "stream.hpp"
 
 #include <rmm/cuda_stream.hpp>
 

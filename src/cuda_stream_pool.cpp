@@ -1,6 +1,8 @@
 // nbrmm.CudaStreamPool (rmm/cuda_stream_pool.hpp): a fixed set of streams handed out
 // round-robin. Streams taken from the pool keep the pool alive.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
+#include "gil.hpp"
+#include "stream.hpp"
 
 #include <rmm/cuda_stream_pool.hpp>
 

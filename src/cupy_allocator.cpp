@@ -131,15 +131,15 @@ void memory_dealloc(PyObject* self)
   PyTypeObject* type = Py_TYPE(self);
   memory_fields* f   = fields_of(self);
   int const device   = read_at<int>(self, cupy->device_off);
+  block const b{f->ptr, f->ptr, f->bytes, default_alignment};
   if (f->ptr != nullptr && f->caches &&
-      deferred_frees::defer(f->res, f->ptr, f->bytes, default_alignment, f->stream, device)) {
+      deferred_frees::defer(f->res, b, f->stream, device, nullptr)) {
     f->ptr = nullptr;  // the queue frees it (and keeps the resource alive now)
   }
   if (f->ptr != nullptr || !f->res.empty()) {
     gil_release release;
     if (f->ptr != nullptr) {
-      deallocate_on_device(f->res.get(), cuda::stream_ref{f->stream}, f->ptr, f->bytes,
-                           default_alignment, device);
+      free_block(f->res.get(), cuda::stream_ref{f->stream}, b, device);
       f->ptr = nullptr;
     }
     f->res.reset();  // may be the last owner of the resource: free it here too
@@ -447,6 +447,12 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
   if (self->shared != nullptr && self->device >= 0 && self->device != device) {
     raise_now(PyExc_ValueError, "mr: the resource serves device " + std::to_string(self->device) +
                                   ", but CuPy is allocating on device " + std::to_string(device));
+  }
+  check_request(nbytes, default_alignment, "nbytes");
+  if (inside_callback()) {
+    check_reentry(self->mr != nullptr ? nb::handle{self->mr}
+                                      : resource_or_current(nb::none(), "mr"),
+                  "CuPy allocator");
   }
   PyObject* keep       = nullptr;
   cudaStream_t stream  = nullptr;

@@ -1,18 +1,24 @@
 // nbrmm.Buffer and the rmm-compatible nbrmm.DeviceBuffer (rmm/device_buffer.hpp).
 //
-// A Buffer owns its memory and co-owns the C++ copy of its resource that the resource
-// object keeps for its Buffers (memory handed over by C++ stays an rmm::device_buffer
-// with its own copy), and keeps the Python resource object (`mr`) and stream object
-// alive. Every call that allocates passes its resource to C++ explicitly; `mr=None`
-// means the current device resource, read from librmm's per-device map at call time.
-#include "nb_rmm.hpp"
+// Every call that allocates passes its resource to C++ explicitly; `mr=None` means the
+// current device resource, read from librmm's per-device map at call time. One parser
+// (buffer_args) reads the arguments of every entry point that makes a buffer. See
+// buffer.hpp for what keeps a buffer's memory valid while it is in use.
+#include "args.hpp"
+#include "bindings.hpp"
+#include "buffer.hpp"
+#include "device.hpp"
+#include "errors.hpp"
+#include "stream.hpp"
 
 #include <nanobind/ndarray.h>
 
+#include <rmm/aligned.hpp>
 #include <rmm/cuda_device.hpp>
 #include <rmm/device_buffer.hpp>
 #include <rmm/prefetch.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -22,191 +28,203 @@
 #endif
 
 namespace nbrmm {
+
+// ------------------------------------------------------------------------------------
+// buffer_memory
+// ------------------------------------------------------------------------------------
+
+buffer_memory::buffer_memory(std::size_t n,
+                             std::size_t alignment,
+                             cuda::stream_ref stream,
+                             std::shared_ptr<device_resource> const& res,
+                             int device,
+                             bool caches)
+  : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}, caches_{caches}
+{
+  block_ = allocate_block(res_.get(), stream_, n, alignment_);
+  size_ = capacity_ = n;
+}
+
+buffer_memory::buffer_memory(rmm::device_buffer&& adopted)
+  : adopted_{std::make_unique<rmm::device_buffer>(std::move(adopted))}
+{
+}
+
+buffer_memory::buffer_memory(buffer_memory&& other) noexcept
+  : res_{std::move(other.res_)},
+    block_{std::exchange(other.block_, block{})},
+    size_{std::exchange(other.size_, 0)},
+    capacity_{std::exchange(other.capacity_, 0)},
+    stream_{other.stream_},
+    alignment_{other.alignment_},
+    device_{other.device_},
+    caches_{other.caches_},
+    adopted_{std::move(other.adopted_)}
+{
+}
+
+bool buffer_memory::defer_free(DeviceMemoryResource* owner) noexcept
+{
+  if (!caches_ || adopted_ || block_.raw == nullptr ||
+      !deferred_frees::defer(res_, block_, stream_.get(), device_, owner)) {
+    return false;
+  }
+  block_ = block{};
+  return true;
+}
+
+void buffer_memory::defer_blocked(DeviceMemoryResource* owner) noexcept
+{
+  if (adopted_) {
+    held_resource none;
+    deferred_frees::defer_blocked(none, block{}, adopted_->stream().get(), device_, owner,
+                                  std::move(adopted_));
+    return;
+  }
+  if (block_.raw == nullptr) { return; }
+  deferred_frees::defer_blocked(res_, block_, stream_.get(), device_, owner);
+  block_ = block{};
+}
+
+void buffer_memory::reserve(std::size_t n, cuda::stream_ref s)
+{
+  if (adopted_) { return adopted_->reserve(n, s); }
+  if (n > capacity_) { reallocate(n, s); }
+  stream_ = s;
+}
+
+void buffer_memory::resize(std::size_t n, cuda::stream_ref s)
+{
+  if (adopted_) { return adopted_->resize(n, s); }
+  if (n > capacity_) { reallocate(n, s); }
+  size_   = n;
+  stream_ = s;
+}
+
+void buffer_memory::shrink_to_fit(cuda::stream_ref s)
+{
+  if (adopted_) { return adopted_->shrink_to_fit(s); }
+  if (capacity_ > size_) { reallocate(size_, s); }
+  stream_ = s;
+}
+
+void buffer_memory::reallocate(std::size_t n, cuda::stream_ref s)
+{
+  block fresh            = allocate_block(res_.get(), s, n, alignment_);
+  std::size_t const keep = std::min(size_, n);
+  if (keep != 0) {
+    auto const status = cudaMemcpyAsync(fresh.data, block_.data, keep, cudaMemcpyDefault, s.get());
+    if (status != cudaSuccess) {
+      free_block(res_.get(), s, fresh, device_);
+      throw_cuda_error(status, "cudaMemcpyAsync");
+    }
+  }
+  free_block(res_.get(), s, block_, device_);
+  block_    = fresh;
+  capacity_ = n;
+}
+
+void buffer_memory::free() noexcept
+{
+  if (adopted_) {
+    adopted_.reset();
+    return;
+  }
+  free_block(res_.get(), stream_, block_, device_);
+  block_ = block{};
+}
+
+// ------------------------------------------------------------------------------------
+// Buffer
+// ------------------------------------------------------------------------------------
+
+buffer_memory& Buffer::get(char const* what)
+{
+  if (!mem.has_value()) {
+    throw nb::value_error((std::string{what} + ": the buffer is closed").c_str());
+  }
+  if (mutating) {
+    PyErr_Format(PyExc_BufferError, "%s: the buffer is being resized by another thread", what);
+    throw nb::python_error();
+  }
+  return *mem;
+}
+
+void Buffer::list_holder() noexcept
+{
+  auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
+  if (r->calls_python) {
+    r->holders.add(this);
+    listed_in = r;
+  }
+}
+
 namespace {
 
-/// The memory of a Buffer: allocated directly from the buffer's resource (the fast path:
-/// no rmm::device_buffer bookkeeping), or an rmm::device_buffer handed over by C++.
-/// Callers release the GIL around every member that allocates, copies or frees.
-class memory {
- public:
-  memory(std::size_t n,
-         std::size_t alignment,
-         cuda::stream_ref stream,
-         std::shared_ptr<device_resource> const& res,
-         int device,
-         bool caches)
-    : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}, caches_{caches}
-  {
-    if (n != 0) { ptr_ = res_->allocate(stream_, n, alignment_); }
-    size_ = capacity_ = n;
-  }
-  explicit memory(rmm::device_buffer&& adopted)
-    : adopted_{std::make_unique<rmm::device_buffer>(std::move(adopted))}
-  {
-  }
-  memory(memory const&)            = delete;
-  memory& operator=(memory const&) = delete;
-  ~memory() { free(); }
+[[noreturn]] void buffer_error(char const* what, std::string const& why)
+{
+  PyErr_Format(PyExc_BufferError, "%s: %s", what, why.c_str());
+  throw nb::python_error();
+}
 
-  /// Whether destroying this object frees nothing (and so cannot enter CUDA).
-  [[nodiscard]] bool holds_nothing() const noexcept { return !adopted_ && ptr_ == nullptr; }
-  [[nodiscard]] void* data() const noexcept { return adopted_ ? adopted_->data() : ptr_; }
-  [[nodiscard]] std::size_t size() const noexcept { return adopted_ ? adopted_->size() : size_; }
-  [[nodiscard]] std::size_t capacity() const noexcept
-  {
-    return adopted_ ? adopted_->capacity() : capacity_;
-  }
-  [[nodiscard]] std::size_t alignment() const noexcept
-  {
-    return adopted_ ? adopted_->alignment() : alignment_;
-  }
-  [[nodiscard]] cuda::stream_ref stream() const noexcept
-  {
-    return adopted_ ? adopted_->stream() : stream_;
-  }
-  /// Hands the free over to the deferred-free queue when it may wait (a block of a
-  /// caching resource on the default stream; see deferred_frees). Call with the GIL
-  /// held; afterwards this object holds nothing. Returns false when it must be freed now.
-  bool defer_free() noexcept
-  {
-    if (!caches_ || adopted_ || ptr_ == nullptr ||
-        !deferred_frees::defer(res_, ptr_, capacity_, alignment_, stream_.get(), device_)) {
-      return false;
-    }
-    ptr_ = nullptr;
-    return true;
-  }
-  /// The Python callables behind the resource that frees this memory, if any.
-  [[nodiscard]] python_resource::state const* callables() const noexcept
-  {
-    return adopted_ ? nbrmm::python_state(adopted_->memory_resource())
-                    : nbrmm::python_state(res_.get());
-  }
+std::string exports_text(int n)
+{
+  return "the buffer has " + std::to_string(n) + " live export" + (n == 1 ? "" : "s") +
+         " (memoryview, NumPy array or DLPack tensor); release " +
+         (n == 1 ? "it" : "them") + " first";
+}
 
-  void reserve(std::size_t n, cuda::stream_ref s)
-  {
-    if (adopted_) { return adopted_->reserve(n, s); }
-    if (n > capacity_) { reallocate(n, s); }
-    stream_ = s;
-  }
-  void resize(std::size_t n, cuda::stream_ref s)
-  {
-    if (adopted_) { return adopted_->resize(n, s); }
-    if (n > capacity_) { reallocate(n, s); }
-    size_   = n;
-    stream_ = s;
-  }
-  void shrink_to_fit(cuda::stream_ref s)
-  {
-    if (adopted_) { return adopted_->shrink_to_fit(s); }
-    if (capacity_ > size_) { reallocate(size_, s); }
-    stream_ = s;
-  }
+}  // namespace
 
- private:
-  /// Moves the contents into a new allocation of `n` bytes, ordered on `s`.
-  void reallocate(std::size_t n, cuda::stream_ref s)
-  {
-    void* fresh = n != 0 ? res_->allocate(s, n, alignment_) : nullptr;
-    std::size_t const keep = std::min(size_, n);
-    if (keep != 0) {
-      auto const status = cudaMemcpyAsync(fresh, ptr_, keep, cudaMemcpyDefault, s.get());
-      if (status != cudaSuccess) {
-        res_->deallocate(s, fresh, n, alignment_);
-        throw_cuda_error(status, "cudaMemcpyAsync");
-      }
-    }
-    if (ptr_ != nullptr) { res_->deallocate(s, ptr_, capacity_, alignment_); }
-    ptr_      = fresh;
-    capacity_ = n;
+bool Buffer::release(release_mode mode)
+{
+  if (!mem.has_value()) { return true; }
+  if (mode == release_mode::close) {
+    if (mutating || readers != 0) { buffer_error("close", "the buffer is in use by another thread"); }
+    if (exports != 0) { buffer_error("close", exports_text(exports)); }
+  } else if (exports != 0 || readers != 0 || mutating) {
+    return false;  // the memory is still in use: it is freed when the buffer dies
   }
-
-  void free() noexcept
-  {
-    if (adopted_) {
-      adopted_.reset();
-      return;
-    }
-    if (ptr_ == nullptr) { return; }
-    deallocate_on_device(res_.get(), stream_, ptr_, capacity_, alignment_, device_);
-    ptr_ = nullptr;
+  bool const gil = holds_gil();
+  if (gil && mr.is_valid() && would_reenter(mr)) {
+    // Inside a Python callback of the resource this memory goes back to: the free waits.
+    mem->defer_blocked(nb::inst_ptr<DeviceMemoryResource>(mr));
+  } else if (mode == release_mode::destroy && gil && mr.is_valid()) {
+    mem->defer_free(nb::inst_ptr<DeviceMemoryResource>(mr));
   }
-
-  held_resource res_;  ///< a share of the resource object's copy
-  void* ptr_{nullptr};
-  std::size_t size_{0};
-  std::size_t capacity_{0};
-  cuda::stream_ref stream_{cudaStream_t{nullptr}};
-  std::size_t alignment_{default_alignment};
-  int device_{-1};
-  bool caches_{false};  ///< the resource is a caching one (deferred_frees::caches)
-  std::unique_ptr<rmm::device_buffer> adopted_;
-};
-
-struct Buffer : resource_holder {
-  std::optional<memory> buf;              ///< empty once closed
-  nb::object mr;                          ///< the resource object that frees the memory
-  nb::object stream;                      ///< the stream the buffer is ordered on
-  int device{-1};                         ///< the device the memory lives on
-  DeviceMemoryResource* counted_in{nullptr};  ///< `mr` when listed as a holder of its callables
-
-  Buffer() noexcept
-    : resource_holder{[](resource_holder* self) noexcept { static_cast<Buffer*>(self)->release(); }}
-  {
+  // Take the memory out while holding the GIL, so that no other thread sees it half freed.
+  std::optional<buffer_memory> taken{std::move(*mem)};
+  mem.reset();
+  if (listed_in != nullptr) {
+    listed_in->holders.remove(this);
+    listed_in = nullptr;
   }
-  Buffer(Buffer&&)            = delete;
-  Buffer& operator=(Buffer&&) = delete;
-  ~Buffer() { release(/*may_defer=*/true); }
-
-  memory& get()
-  {
-    if (!buf.has_value()) { throw nb::value_error("the buffer is closed"); }
-    return *buf;
+  // An empty allocation frees nothing; its share of the resource is not the last (`mr`
+  // holds one until it is cleared).
+  bool const frees_nothing = taken->holds_nothing() && mr.is_valid() &&
+                             nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value();
+  if (!frees_nothing && gil) {
+    gil_release release;
+    taken.reset();
+  } else {
+    taken.reset();
   }
+  return true;
+}
 
-  /// Records this buffer as a holder of `mr`'s Python callables when its C++ resource
-  /// uses them (see DeviceMemoryResource::holders). `shares` says that the memory was
-  /// allocated from `mr`'s shared copy (so it uses them if `mr` has any).
-  void count_holder(bool shares) noexcept
-  {
-    auto* r = nb::inst_ptr<DeviceMemoryResource>(mr);
-    auto const* state = r->callables();
-    if (state != nullptr && (shares || buf->callables() == state)) {
-      r->holders.add(this);
-      counted_in = r;
-    }
-  }
-
-  /// Frees the memory (ordered on the buffer's stream) without holding the GIL. When
-  /// `may_defer` (the buffer is being destroyed, not closed), a small block of a caching
-  /// resource joins the deferred-free queue instead (see deferred_frees).
-  void release(bool may_defer = false) noexcept
-  {
-    if (!buf.has_value()) { return; }
-    bool const gil = holds_gil();
-    if (may_defer && gil) { buf->defer_free(); }
-    // An empty allocation frees nothing; its share of the resource is not the last (`mr`
-    // holds one until it is cleared).
-    bool const frees_nothing = buf->holds_nothing() && mr.is_valid() &&
-                               nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value();
-    if (!frees_nothing && gil) {
-      gil_release release;
-      buf.reset();
-    } else {
-      buf.reset();
-    }
-    if (counted_in != nullptr) {
-      counted_in->holders.remove(this);
-      counted_in = nullptr;
-    }
-  }
-};
+namespace {
 
 struct DeviceBuffer : Buffer {};
 
 PyTypeObject* buffer_type = nullptr;
 
 Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
+
+bool is_buffer(nb::handle obj) noexcept
+{
+  return buffer_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type) &&
+         nb::inst_ready(obj);
+}
 
 /// cudaMemcpyAsync on `s`, synchronizing when `s` is the default stream (as rmm does).
 void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
@@ -228,8 +246,6 @@ class host_view {
   {
     int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
-      nb::python_error err;
-      err.restore();
       PyObject *type, *value, *tb;
       PyErr_Fetch(&type, &value, &tb);
       nb::object msg = nb::steal(PyObject_Str(value != nullptr ? value : Py_None));
@@ -239,7 +255,7 @@ class host_view {
       Py_XDECREF(tb);
       std::string text = std::string{param} + ": expected a C-contiguous" +
                          (writable ? " writable" : "") + " buffer (bytes-like or NumPy array): " +
-                         nb::str(msg).c_str();
+                         (msg.is_valid() ? nb::str(msg).c_str() : "");
       if (wrong_type) { throw nb::type_error(text.c_str()); }
       throw nb::value_error(text.c_str());
     }
@@ -254,73 +270,144 @@ class host_view {
   Py_buffer view_{};
 };
 
-/// Pointer and size of a contiguous device array given by __cuda_array_interface__.
-std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* param)
-{
-  if (PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type)) {
-    auto& b = buffer_of(obj).get();
-    return {b.data(), b.size()};
-  }
-  if (!nb::hasattr(obj, "__cuda_array_interface__")) {
-    throw nb::type_error((std::string{param} +
-                          ": expected an object with __cuda_array_interface__, got " +
-                          nb::type_name(obj.type()).c_str())
-                           .c_str());
-  }
-  nb::dict cai = nb::cast<nb::dict>(obj.attr("__cuda_array_interface__"));
-  nb::tuple shape = nb::cast<nb::tuple>(cai["shape"]);
-  std::string typestr = nb::cast<std::string>(cai["typestr"]);
-  std::size_t itemsize = 0;
-  try {
-    itemsize = std::stoul(typestr.substr(2));
-  } catch (std::exception const&) {
-    throw nb::value_error((std::string{param} + ": bad typestr '" + typestr + "'").c_str());
-  }
-  std::size_t count = 1;
-  for (nb::handle dim : shape) { count *= nb::cast<std::size_t>(dim); }
-  if (cai.contains("strides") && !cai["strides"].is_none()) {
-    nb::tuple strides = nb::cast<nb::tuple>(cai["strides"]);
-    std::size_t expected = itemsize;
-    for (std::size_t i = nb::len(shape); i-- > 0;) {
-      auto const extent = nb::cast<std::size_t>(shape[i]);
-      if (extent > 1 && nb::cast<std::size_t>(strides[i]) != expected) {
-        throw nb::value_error((std::string{param} + ": the device array is not C-contiguous").c_str());
-      }
-      expected *= extent;
+/// A contiguous device array given by __cuda_array_interface__ (or an nbrmm Buffer, which
+/// stays pinned as a reader while this object lives).
+class device_source {
+ public:
+  device_source(nb::handle obj, char const* param)
+  {
+    if (is_buffer(obj)) {
+      reader_.emplace(buffer_of(obj), param);
+      ptr_  = reader_->memory().data();
+      size_ = reader_->memory().size();
+      return;
     }
+    if (!nb::hasattr(obj, "__cuda_array_interface__")) {
+      throw nb::type_error((std::string{param} +
+                            ": expected an object with __cuda_array_interface__, got " +
+                            nb::type_name(obj.type()).c_str())
+                             .c_str());
+    }
+    nb::dict cai          = nb::cast<nb::dict>(obj.attr("__cuda_array_interface__"));
+    nb::tuple shape       = nb::cast<nb::tuple>(cai["shape"]);
+    std::string typestr   = nb::cast<std::string>(cai["typestr"]);
+    std::size_t itemsize  = 0;
+    try {
+      itemsize = std::stoul(typestr.substr(2));
+    } catch (std::exception const&) {
+      throw nb::value_error((std::string{param} + ": bad typestr '" + typestr + "'").c_str());
+    }
+    std::size_t count = 1;
+    for (nb::handle dim : shape) {
+      auto const extent = nb::cast<std::size_t>(dim);
+      if (extent != 0 && count > max_request / extent) {
+        throw nb::value_error((std::string{param} + ": the array is too large").c_str());
+      }
+      count *= extent;
+    }
+    if (itemsize != 0 && count > max_request / itemsize) {
+      throw nb::value_error((std::string{param} + ": the array is too large").c_str());
+    }
+    if (cai.contains("strides") && !cai["strides"].is_none()) {
+      nb::tuple strides    = nb::cast<nb::tuple>(cai["strides"]);
+      std::size_t expected = itemsize;
+      for (std::size_t i = nb::len(shape); i-- > 0;) {
+        auto const extent = nb::cast<std::size_t>(shape[i]);
+        if (extent > 1 && nb::cast<std::size_t>(strides[i]) != expected) {
+          throw nb::value_error(
+            (std::string{param} + ": the device array is not C-contiguous").c_str());
+        }
+        expected *= extent;
+      }
+    }
+    nb::tuple data = nb::cast<nb::tuple>(cai["data"]);
+    auto const ptr = nb::cast<std::uintptr_t>(data[0]);
+    if (cai.contains("stream") && !cai["stream"].is_none()) {
+      // The producer asks consumers to order on its stream: wait for it.
+      auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
+      gil_release release;
+      auto const status = cudaStreamSynchronize(producer);
+      if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
+    }
+    ptr_  = reinterpret_cast<void const*>(ptr);
+    size_ = count * itemsize;
+    keep_ = nb::borrow(obj);
   }
-  nb::tuple data = nb::cast<nb::tuple>(cai["data"]);
-  auto const ptr = nb::cast<std::uintptr_t>(data[0]);
-  if (cai.contains("stream") && !cai["stream"].is_none()) {
-    // The producer asks consumers to order on its stream: wait for it.
-    auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
-    gil_release release;
-    auto const status = cudaStreamSynchronize(producer);
-    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
+  [[nodiscard]] void const* data() const noexcept { return ptr_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  std::optional<buffer_reader> reader_;
+  nb::object keep_;
+  void const* ptr_{nullptr};
+  std::size_t size_{0};
+};
+
+// ------------------------------------------------------------------------------------
+// Making buffers: one parser, one constructor
+// ------------------------------------------------------------------------------------
+
+/// The arguments of every entry point that makes a buffer, checked: size, alignment,
+/// stream and resource (read last: `mr=None` reads the current resource from librmm's map).
+struct buffer_args {
+  std::size_t n{0};
+  std::size_t alignment{default_alignment};
+  nb::object mr;
+  nb::object stream;
+};
+
+/// Parses what Buffer(nbytes, *, mr, stream, alignment) and its relatives take; a null
+/// handle is an omitted argument. `size` is a size known already (a copy, an upload).
+buffer_args parse_buffer_args(nb::handle nbytes,
+                              char const* size_param,
+                              nb::handle mr,
+                              nb::handle stream,
+                              nb::handle alignment,
+                              std::optional<std::size_t> size = std::nullopt)
+{
+  buffer_args a;
+  if (alignment.is_valid()) { a.alignment = alignment_arg(alignment); }
+  if (size.has_value()) {
+    check_request(*size, a.alignment, size_param);
+    a.n = *size;
+  } else if (nbytes.is_valid()) {
+    a.n = request_size(nbytes, size_param, a.alignment);
   }
-  return {reinterpret_cast<void const*>(ptr), count * itemsize};
+  if (stream.is_valid()) {
+    if (stream.is_none()) { throw nb::type_error("stream: stream argument cannot be None"); }
+    a.stream = stream_object(stream, "stream");
+  } else {
+    a.stream = nb::borrow(default_stream());
+  }
+  a.mr = resource_or_current(mr.is_valid() ? mr : nb::handle{Py_None}, "mr");
+  check_reentry(a.mr, "mr");
+  return a;
 }
 
-/// Constructs `self` (raw storage) as a buffer of `n` bytes from the resource object `mr`
-/// on the stream object `stream`. On failure nothing was constructed.
-void construct(Buffer* self, std::size_t n, std::size_t alignment, nb::object mr, nb::object stream)
+/// Constructs `self` (raw storage) as a buffer of `a` and, when `src` is given, copies
+/// `a.n` bytes from it (a host or device pointer). On failure nothing is left behind: no
+/// memory, no reference, no constructed object.
+void construct(Buffer* self, buffer_args&& a, void const* src = nullptr)
 {
-  auto* r              = nb::inst_ptr<DeviceMemoryResource>(mr);
+  auto* r                                     = nb::inst_ptr<DeviceMemoryResource>(a.mr);
   std::shared_ptr<device_resource> const& res = r->shared();
-  cuda::stream_ref s   = nb::inst_ptr<Stream>(stream)->ref();
+  cuda::stream_ref const s                    = nb::inst_ptr<Stream>(a.stream)->ref();
   new (self) Buffer{};
   try {
-    std::optional<gil_release> release;
-    if (n != 0) { release.emplace(); }  // an empty buffer allocates nothing: no CUDA call
-    self->buf.emplace(n, alignment, s, res, r->device, r->caches());
+    {
+      std::optional<gil_release> release;
+      if (a.n != 0) { release.emplace(); }  // an empty buffer allocates nothing: no CUDA call
+      self->mem.emplace(a.n, a.alignment, s, res, r->device, r->caches());
+    }
+    self->device = r->device >= 0 ? r->device : current_device();
+    self->mr     = std::move(a.mr);
+    self->stream = std::move(a.stream);
+    self->list_holder();
+    if (src != nullptr) { copy_bytes(self->mem->data(), src, a.n, s); }
   } catch (...) {
     self->~Buffer();
     throw;
   }
-  self->device = r->device >= 0 ? r->device : current_device();
-  self->mr     = std::move(mr);
-  self->stream = std::move(stream);
-  self->count_holder(true);
 }
 
 /// A new, ready instance of `cls` whose storage `init` constructs.
@@ -333,23 +420,14 @@ nb::object new_buffer(nb::handle cls, Init&& init)
   return obj;
 }
 
-/// Allocates `n` bytes from `mr` (None: the current resource) and, when `src` is
-/// given, copies `n` bytes from it. Used by every copy and host upload.
-nb::object allocate_buffer(nb::handle cls,
-                           std::size_t n,
-                           void const* src,
-                           nb::handle mr_arg,
-                           nb::handle stream_arg_obj,
-                           std::size_t alignment = default_alignment)
+/// A new buffer of class `cls` holding a copy of `n` bytes at `src`, allocated from `mr`
+/// (None: the current resource) on `stream`.
+nb::object buffer_from(nb::handle cls, void const* src, std::size_t n, nb::handle mr,
+                       nb::handle stream, std::size_t alignment = default_alignment)
 {
-  nb::object mr     = resource_or_current(mr_arg, "mr");
-  nb::object stream = stream_object(stream_arg_obj, "stream");
-  cuda::stream_ref s = nb::inst_ptr<Stream>(stream)->ref();
-  nb::object out    = new_buffer(cls, [&](Buffer* self) {
-    construct(self, n, alignment, std::move(mr), std::move(stream));
-  });
-  if (src != nullptr) { copy_bytes(buffer_of(out).buf->data(), src, n, s); }
-  return out;
+  buffer_args a = parse_buffer_args(nb::handle{}, "nbytes", mr, stream, nb::handle{}, n);
+  a.alignment   = alignment;
+  return new_buffer(cls, [&](Buffer* self) { construct(self, std::move(a), src); });
 }
 
 /// A new buffer of the same class and contents, from `mr` and on `stream` (None: the
@@ -357,15 +435,21 @@ nb::object allocate_buffer(nb::handle cls,
 nb::object copy_of(nb::handle py_self, nb::handle mr, nb::handle stream)
 {
   Buffer& self = buffer_of(py_self);
-  auto& b      = self.get();
-  return allocate_buffer(py_self.type(), b.size(), b.data(), mr.is_none() ? self.mr : mr,
-                         stream.is_none() ? self.stream : stream, b.alignment());
+  buffer_reader reader{self, "copy"};
+  auto& b = reader.memory();
+  return buffer_from(py_self.type(), b.data(), b.size(), mr.is_none() ? self.mr : mr,
+                     stream.is_none() ? self.stream : stream, b.alignment());
 }
 
-std::uintptr_t ptr_of(Buffer& self)
+nb::object to_device(nb::handle cls, nb::handle b, nb::handle stream, nb::handle mr)
 {
-  return reinterpret_cast<std::uintptr_t>(self.get().data());
+  host_view view{b, false, "b"};
+  return buffer_from(cls, view.data(), view.size(), mr, stream);
 }
+
+// ------------------------------------------------------------------------------------
+// Copies in and out
+// ------------------------------------------------------------------------------------
 
 nb::object numpy_empty(std::size_t n)
 {
@@ -380,10 +464,12 @@ nb::object numpy_empty(std::size_t n)
 
 nb::object copy_to_host(Buffer& self, nb::handle ary, nb::handle stream)
 {
-  auto& b            = self.get();
   cuda::stream_ref s = stream_arg(stream, "stream");
-  nb::object out     = ary.is_none() ? numpy_empty(b.size()) : nb::borrow(ary);
+  std::size_t const n = self.get("copy_to_host").size();
+  nb::object out     = ary.is_none() ? numpy_empty(n) : nb::borrow(ary);
   host_view view{out, true, "ary"};
+  buffer_reader reader{self, "copy_to_host"};
+  auto& b = reader.memory();
   if (view.size() < b.size()) {
     throw nb::value_error(("ary: too small (" + std::to_string(view.size()) + " bytes) for " +
                            std::to_string(b.size()) + " bytes")
@@ -395,9 +481,10 @@ nb::object copy_to_host(Buffer& self, nb::handle ary, nb::handle stream)
 
 void copy_from_host(Buffer& self, nb::handle ary, nb::handle stream)
 {
-  auto& b            = self.get();
   cuda::stream_ref s = stream_arg(stream, "stream");
   host_view view{ary, false, "ary"};
+  buffer_reader reader{self, "copy_from_host"};
+  auto& b = reader.memory();
   if (view.size() > b.size()) {
     throw nb::value_error(("ary: " + std::to_string(view.size()) +
                            " bytes do not fit in a buffer of " + std::to_string(b.size()) +
@@ -409,22 +496,25 @@ void copy_from_host(Buffer& self, nb::handle ary, nb::handle stream)
 
 void copy_from_device(Buffer& self, nb::handle cuda_ary, nb::handle stream)
 {
-  auto& b            = self.get();
   cuda::stream_ref s = stream_arg(stream, "stream");
-  auto [src, n]      = device_array(cuda_ary, "cuda_ary");
-  if (n > b.size()) {
-    throw nb::value_error(("cuda_ary: " + std::to_string(n) + " bytes do not fit in a buffer of " +
-                           std::to_string(b.size()) + " bytes")
+  device_source src{cuda_ary, "cuda_ary"};
+  buffer_reader reader{self, "copy_from_device"};
+  auto& b = reader.memory();
+  if (src.size() > b.size()) {
+    throw nb::value_error(("cuda_ary: " + std::to_string(src.size()) +
+                           " bytes do not fit in a buffer of " + std::to_string(b.size()) +
+                           " bytes")
                             .c_str());
   }
-  copy_bytes(b.data(), src, n, s);
+  copy_bytes(b.data(), src.data(), src.size(), s);
 }
 
 nb::bytes to_bytes(Buffer& self, nb::handle stream)
 {
-  auto& b            = self.get();
   cuda::stream_ref s = stream_arg(stream, "stream");
-  nb::object out     = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(b.size())));
+  buffer_reader reader{self, "tobytes"};
+  auto& b        = reader.memory();
+  nb::object out = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(b.size())));
   if (!out.is_valid()) { throw nb::python_error(); }
   copy_bytes(PyBytes_AS_STRING(out.ptr()), b.data(), b.size(), s);
   if (!is_legacy_default(s.get())) {
@@ -435,30 +525,44 @@ nb::bytes to_bytes(Buffer& self, nb::handle stream)
   return nb::steal<nb::bytes>(out.release());
 }
 
-nb::object to_device(nb::handle cls, nb::handle b, nb::handle stream, nb::handle mr)
-{
-  host_view view{b, false, "b"};
-  return allocate_buffer(cls, view.size(), view.data(), mr, stream);
-}
+// ------------------------------------------------------------------------------------
+// Growing and shrinking
+// ------------------------------------------------------------------------------------
 
-/// Runs `fn(buffer, stream)` with the buffer's device current, then records `stream`.
+/// Runs `fn(memory, stream)` (a resize, reserve or shrink_to_fit) with the buffer's device
+/// current and the GIL released, then records `stream`. `moves` says whether it would move
+/// the memory, which no export, reader or other thread may see.
 template <class Fn>
-void on_buffer_stream(Buffer& self, nb::handle stream, Fn&& fn)
+void mutate(Buffer& self, nb::handle stream, char const* what, bool (*moves)(buffer_memory const&, std::size_t), std::size_t n, Fn&& fn)
 {
-  auto& b            = self.get();
   nb::object s_obj   = stream_object(stream, "stream");
   cuda::stream_ref s = nb::inst_ptr<Stream>(s_obj)->ref();
-  {
+  auto& b            = self.get(what);
+  if (self.readers != 0) { buffer_error(what, "the buffer is in use by another thread"); }
+  if (moves(b, n)) {
+    if (self.exports != 0) { buffer_error(what, exports_text(self.exports)); }
+    check_reentry(self.mr, what);
+  }
+  self.mutating = true;
+  try {
     gil_release release;
     device_scope const on_device{self.device};
     fn(b, s);
+  } catch (...) {
+    self.mutating = false;
+    throw;
   }
-  self.stream = std::move(s_obj);
+  self.mutating = false;
+  self.stream   = std::move(s_obj);
 }
+
+// ------------------------------------------------------------------------------------
+// Exports: __cuda_array_interface__, DLPack, the buffer protocol
+// ------------------------------------------------------------------------------------
 
 nb::dict cuda_array_interface(Buffer& self)
 {
-  auto& b = self.get();
+  auto& b = self.get("__cuda_array_interface__");
   nb::dict cai;
   cai["data"]    = nb::make_tuple(reinterpret_cast<std::uintptr_t>(b.data()), false);
   cai["shape"]   = nb::make_tuple(b.size());
@@ -475,8 +579,14 @@ nb::dict cuda_array_interface(Buffer& self)
 void order_for_consumer(Buffer& self, nb::handle consumer)
 {
   if (consumer.is_none()) { return; }
+  if (!PyLong_Check(consumer.ptr()) || PyBool_Check(consumer.ptr())) {
+    throw nb::type_error(("stream: expected an int (a stream handle), got " +
+                          std::string{nb::type_name(consumer.type()).c_str()})
+                           .c_str());
+  }
   auto const value = nb::cast<long long>(consumer);
   if (value == -1) { return; }  // the consumer asks for no synchronization
+  if (value < 0) { throw nb::value_error("stream: not a stream handle"); }
   cudaStream_t const target =
     value == 0 ? nullptr : reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(value));
   cudaStream_t const producer = nb::inst_ptr<Stream>(self.stream)->handle;
@@ -495,7 +605,7 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
 /// CUDA managed. Without a driver the resource's host accessibility decides.
 std::pair<int, int> dlpack_device(Buffer& self)
 {
-  auto& b          = self.get();
+  auto& b          = self.get("__dlpack_device__");
   int const device = self.device < 0 ? 0 : self.device;
   if (b.data() != nullptr) {
     cudaPointerAttributes attrs{};
@@ -515,18 +625,68 @@ std::pair<int, int> dlpack_device(Buffer& self)
   return {static_cast<int>(nb::device::cuda::value), device};
 }
 
+/// The owner of a DLPack export: counts as an export of the buffer while it lives.
+nb::object export_token(nb::handle py_self)
+{
+  Buffer& self = buffer_of(py_self);
+  nb::object token = nb::steal(PyCapsule_New(py_self.ptr(), "nbrmm.buffer_export", [](PyObject* cap) {
+    auto* obj = static_cast<PyObject*>(PyCapsule_GetPointer(cap, "nbrmm.buffer_export"));
+    if (obj == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    --nb::inst_ptr<Buffer>(obj)->exports;
+    Py_DECREF(obj);
+  }));
+  if (!token.is_valid()) { throw nb::python_error(); }
+  Py_INCREF(py_self.ptr());
+  ++self.exports;
+  return token;
+}
+
 nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
 {
   Buffer& self = buffer_of(py_self);
-  auto& b      = self.get();
+  auto& b      = self.get("__dlpack__");
   order_for_consumer(self, stream);
   auto const [type, id] = dlpack_device(self);
   size_t shape[1]       = {b.size()};
-  nb::ndarray<nb::array_api> view(b.data(), 1, shape, py_self, nullptr,
-                                 nb::dtype<std::uint8_t>(), type, id);
+  nb::object token      = export_token(py_self);
+  nb::ndarray<nb::array_api> view(b.data(), 1, shape, token, nullptr, nb::dtype<std::uint8_t>(),
+                                 type, id);
   nb::object arr = nb::cast(view, nb::rv_policy::reference);
   return arr.attr("__dlpack__")(**kwargs);
 }
+
+int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
+{
+  Buffer* b = nb::inst_ptr<Buffer>(self);
+  if (!b->mem.has_value()) {
+    PyErr_SetString(PyExc_ValueError, "the buffer is closed");
+    return -1;
+  }
+  if (b->mutating) {
+    PyErr_SetString(PyExc_BufferError, "the buffer is being resized by another thread");
+    return -1;
+  }
+  if (!nb::inst_ptr<DeviceMemoryResource>(b->mr)->host_accessible) {
+    PyErr_SetString(PyExc_BufferError,
+                    "the buffer's memory is not host-accessible (use copy_to_host())");
+    return -1;
+  }
+  if (PyBuffer_FillInfo(view, self, b->mem->data(), static_cast<Py_ssize_t>(b->mem->size()), 0,
+                        flags) != 0) {
+    return -1;
+  }
+  ++b->exports;
+  return 0;
+}
+
+void buffer_releasebuffer(PyObject* self, Py_buffer*) { --nb::inst_ptr<Buffer>(self)->exports; }
+
+// ------------------------------------------------------------------------------------
+// The type: fast constructor and garbage collector slots
+// ------------------------------------------------------------------------------------
 
 /// Which argument slot the keyword `name` fills (nullptr: not a parameter of Buffer).
 /// Slots, in order: Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256).
@@ -563,8 +723,8 @@ PyObject* buffer_vectorcall(PyObject* type,
   }
   Py_ssize_t const nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
   for (Py_ssize_t i = 0; i < nkw; ++i) {
-    PyObject* name   = PyTuple_GET_ITEM(kwnames, i);
-    PyObject** slot  = keyword_slot(name, slots);
+    PyObject* name  = PyTuple_GET_ITEM(kwnames, i);
+    PyObject** slot = keyword_slot(name, slots);
     if (slot == nullptr) {
       PyErr_Format(PyExc_TypeError, "Buffer() got an unexpected keyword argument '%S'", name);
       return nullptr;
@@ -576,15 +736,8 @@ PyObject* buffer_vectorcall(PyObject* type,
     *slot = args[nargs + i];
   }
   try {
-    std::size_t const n = slots[0] != nullptr ? parse_size(slots[0], "nbytes") : 0;
-    std::size_t const alignment =
-      slots[3] != nullptr ? nb::cast<std::size_t>(nb::handle{slots[3]}) : default_alignment;
-    nb::object mr = resource_or_current(slots[1] != nullptr ? nb::handle{slots[1]} : nb::none(), "mr");
-    nb::object stream = slots[2] != nullptr ? stream_object(slots[2], "stream")
-                                            : nb::borrow(default_stream());
-    return new_buffer(type, [&](Buffer* self) {
-             construct(self, n, alignment, std::move(mr), std::move(stream));
-           })
+    buffer_args a = parse_buffer_args(slots[0], "nbytes", slots[1], slots[2], slots[3]);
+    return new_buffer(type, [&](Buffer* self) { construct(self, std::move(a)); })
       .release()
       .ptr();
   } catch (...) {
@@ -600,6 +753,18 @@ int buffer_traverse(PyObject* self, visitproc visit, void* arg)
   Buffer* b = nb::inst_ptr<Buffer>(self);
   Py_VISIT(b->mr.ptr());
   Py_VISIT(b->stream.ptr());
+  // Memory adopted from C++ may hold a copy of a Python-made resource: its reference to
+  // that resource object is this buffer's while no other copy shares it.
+  if (b->mem.has_value()) {
+    if (rmm::device_buffer* adopted = b->mem->adopted()) {
+      auto ref = adopted->memory_resource();
+      if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&ref)) {
+        if (auto group = owned->group(); group.use_count() == 1) {
+          Py_VISIT(owned->owner().ptr());
+        }
+      }
+    }
+  }
   return 0;
 }
 
@@ -607,26 +772,12 @@ int buffer_clear(PyObject* self)
 {
   if (!nb::inst_ready(self)) { return 0; }
   Buffer* b = nb::inst_ptr<Buffer>(self);
-  b->release();
-  b->mr.reset();
-  b->stream.reset();
+  // Memory still exported stays (with what frees it) until the buffer dies.
+  if (b->release(Buffer::release_mode::collect)) {
+    b->mr.reset();
+    b->stream.reset();
+  }
   return 0;
-}
-
-int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
-{
-  Buffer* b = nb::inst_ptr<Buffer>(self);
-  if (!b->buf.has_value()) {
-    PyErr_SetString(PyExc_ValueError, "the buffer is closed");
-    return -1;
-  }
-  if (!nb::inst_ptr<DeviceMemoryResource>(b->mr)->host_accessible) {
-    PyErr_SetString(PyExc_BufferError,
-                    "the buffer's memory is not host-accessible (use copy_to_host())");
-    return -1;
-  }
-  return PyBuffer_FillInfo(view, self, b->buf->data(), static_cast<Py_ssize_t>(b->buf->size()), 0,
-                           flags);
 }
 
 /// Buffer's slots. DeviceBuffer (another signature) takes them from the second on,
@@ -635,7 +786,17 @@ PyType_Slot buffer_slots[] = {{Py_tp_vectorcall, reinterpret_cast<void*>(buffer_
                               {Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
                               {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
+                              {Py_bf_releasebuffer, reinterpret_cast<void*>(buffer_releasebuffer)},
                               {0, nullptr}};
+
+std::uintptr_t ptr_of(Buffer& self)
+{
+  return reinterpret_cast<std::uintptr_t>(self.get("ptr").data());
+}
+
+bool moves_to_reserve(buffer_memory const& b, std::size_t n) { return b.moves_to_reserve(n); }
+bool moves_to_resize(buffer_memory const& b, std::size_t n) { return b.moves_to_resize(n); }
+bool moves_to_shrink(buffer_memory const& b, std::size_t) { return b.moves_to_shrink(); }
 
 }  // namespace
 
@@ -654,70 +815,104 @@ mr : DeviceMemoryResource, optional
 stream : Stream or object with ``__cuda_stream__``, optional
     The stream the allocation (and later the deallocation) is ordered on.
 alignment : int, optional
-    Required alignment (a power of two), 256 by default.
+    Required alignment: a power of two up to ``2**40``, 256 by default. Honoured whatever
+    the resource (larger alignments by allocating a larger block).
+
+Raises
+------
+MemoryError
+    If the resource cannot allocate (``nbrmm.OutOfMemory`` when it is out of memory, or
+    ``nbrmm.BadAlloc`` for a size no resource can serve).
+TypeError, ValueError
+    For an argument of the wrong type or value (the message names it).
 
 Notes
 -----
 The buffer keeps ``mr`` and ``stream`` alive; its C++ part also owns a copy of the
 resource. Copies on the default stream synchronize; on any other stream they are
-asynchronous (synchronize the stream before reading the destination).)doc");
+asynchronous (synchronize the stream before reading the destination).
+
+While a memoryview, NumPy array or DLPack tensor of the buffer is alive, :meth:`close`
+and a resize that would move the memory raise ``BufferError`` (as for ``bytearray``).)doc");
   buffer_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
 
   cls.def(
        "__init__",
-       [](Buffer* self, nb::handle nbytes, nb::handle mr, nb::handle stream, std::size_t alignment) {
-         std::size_t const n = parse_size(nbytes, "nbytes");
-         construct(self, n, alignment, resource_or_current(mr, "mr"),
-                   stream_object(stream, "stream"));
+       [](Buffer* self, nb::handle nbytes, nb::handle mr, nb::handle stream, nb::handle alignment) {
+         construct(self, parse_buffer_args(nbytes, "nbytes", mr, stream, alignment));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
-       nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
+       nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment,
+       nb::sig("def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = "
+               "None, stream: Stream = ..., alignment: int = 256) -> None"))
     .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
     .def_prop_ro(
-      "size", [](Buffer& self) { return self.get().size(); }, "Size in bytes.")
+      "size", [](Buffer& self) { return self.get("size").size(); }, "Size in bytes.")
     .def_prop_ro(
-      "nbytes", [](Buffer& self) { return self.get().size(); }, "Size in bytes.")
-    .def("__len__", [](Buffer& self) { return self.get().size(); })
-    .def("__sizeof__", [](Buffer& self) { return self.buf.has_value() ? self.buf->size() : 0; })
+      "nbytes", [](Buffer& self) { return self.get("nbytes").size(); }, "Size in bytes.")
     .def(
-      "capacity", [](Buffer& self) { return self.get().capacity(); },
+      "__len__", [](Buffer& self) { return self.get("len").size(); },
+      "Size in bytes (as ``size``).")
+    .def("__sizeof__", [](Buffer& self) { return self.mem.has_value() ? self.mem->size() : 0; })
+    .def(
+      "capacity", [](Buffer& self) { return self.get("capacity").capacity(); },
       "Allocated capacity in bytes (at least ``size``).")
     .def_prop_ro(
-      "mr", [](Buffer& self) { return self.mr; },
+      "mr", [](Buffer& self) { return self.mr.is_valid() ? self.mr : nb::none(); },
       "The resource object that allocated the memory and will free it.")
     .def_prop_ro(
-      "stream", [](Buffer& self) { return self.stream; },
+      "stream", [](Buffer& self) { return self.stream.is_valid() ? self.stream : nb::none(); },
       "The stream the buffer's memory is ordered on.")
     .def_prop_ro(
       "device", [](Buffer& self) { return self.device; }, "The device the memory lives on.")
     .def_prop_ro(
-      "alignment", [](Buffer& self) { return self.get().alignment(); },
-      "The alignment the memory was allocated with.")
+      "alignment", [](Buffer& self) { return self.get("alignment").alignment(); },
+      "The alignment the memory was allocated with (the pointer is a multiple of it).")
     .def_prop_ro(
-      "closed", [](Buffer& self) { return !self.buf.has_value(); },
+      "closed", [](Buffer& self) { return !self.mem.has_value(); },
       "Whether :meth:`close` has freed the memory.")
     .def(
       "reserve",
       [](Buffer& self, nb::handle new_capacity, nb::handle stream) {
-        std::size_t const n = parse_size(new_capacity, "new_capacity");
-        on_buffer_stream(self, stream, [n](auto& b, auto s) { b.reserve(n, s); });
+        std::size_t const n = request_size(new_capacity, "new_capacity",
+                                           self.get("reserve").alignment());
+        mutate(self, stream, "reserve", &moves_to_reserve, n,
+               [n](auto& b, auto s) { b.reserve(n, s); });
       },
       nb::arg("new_capacity"), nb::arg("stream") = default_stream(),
-      "Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.")
+      R"doc(Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
+
+Raises
+------
+BufferError
+    If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "resize",
       [](Buffer& self, nb::handle new_size, nb::handle stream) {
-        std::size_t const n = parse_size(new_size, "new_size");
-        on_buffer_stream(self, stream, [n](auto& b, auto s) { b.resize(n, s); });
+        std::size_t const n = request_size(new_size, "new_size", self.get("resize").alignment());
+        mutate(self, stream, "resize", &moves_to_resize, n,
+               [n](auto& b, auto s) { b.resize(n, s); });
       },
       nb::arg("new_size"), nb::arg("stream") = default_stream(),
-      "Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.")
+      R"doc(Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
+
+Raises
+------
+BufferError
+    If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "shrink_to_fit",
       [](Buffer& self, nb::handle stream) {
-        on_buffer_stream(self, stream, [](auto& b, auto s) { b.shrink_to_fit(s); });
+        mutate(self, stream, "shrink_to_fit", &moves_to_shrink, 0,
+               [](auto& b, auto s) { b.shrink_to_fit(s); });
       },
-      nb::arg("stream") = default_stream(), "Release unused capacity.")
+      nb::arg("stream") = default_stream(),
+      R"doc(Release unused capacity.
+
+Raises
+------
+BufferError
+    If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "copy",
       [](nb::handle py_self, nb::handle mr, nb::handle stream) {
@@ -732,11 +927,13 @@ mr : DeviceMemoryResource, optional
     Where to allocate the copy; the buffer's own resource by default (as rmm does).
 stream : Stream, optional
     The stream of the copy; the buffer's own stream by default.)doc")
-    .def("__copy__", [](nb::handle py_self) { return copy_of(py_self, nb::none(), nb::none()); })
+    .def(
+      "__copy__", [](nb::handle py_self) { return copy_of(py_self, nb::none(), nb::none()); },
+      "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def(
       "__deepcopy__",
       [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
-      nb::arg("memo"))
+      nb::arg("memo"), "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
          nb::arg("stream") = default_stream(),
          R"doc(Copy the contents to host memory.
@@ -759,7 +956,9 @@ The destination.)doc")
          "bytes into the buffer.")
     .def("tobytes", &to_bytes, nb::arg("stream") = default_stream(),
          "The contents as ``bytes`` (always synchronizes).")
-    .def("__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); })
+    .def(
+      "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); },
+      "The contents as ``bytes`` (as :meth:`tobytes`).")
     .def_static(
       "to_device",
       [](nb::handle b, nb::handle stream, nb::handle mr) {
@@ -771,10 +970,11 @@ The destination.)doc")
     .def(
       "prefetch",
       [](Buffer& self, std::optional<int> device, nb::handle stream) {
-        auto& b            = self.get();
         cuda::stream_ref s = stream.is_none() ? nb::inst_ptr<Stream>(self.stream)->ref()
                                               : stream_arg(stream, "stream");
         int const target   = device.value_or(self.device);
+        buffer_reader reader{self, "prefetch"};
+        auto& b = reader.memory();
         if (b.size() == 0) { return; }
         gil_release release;
         rmm::prefetch(b.data(), b.size(), rmm::cuda_device_id{target}, s);
@@ -783,31 +983,45 @@ The destination.)doc")
       "Prefetch managed memory to ``device`` (``cudaCpuDeviceId`` = -1 for the host); a "
       "no-op for memory that is not managed.")
     .def(
-      "close", [](Buffer& self) { self.release(); },
-      "Free the memory now; any later use of the buffer raises ValueError.")
-    .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      "close", [](Buffer& self) { self.release(Buffer::release_mode::close); },
+      R"doc(Free the memory now; any later use of the buffer raises ValueError.
+
+Closing a closed buffer does nothing.
+
+Raises
+------
+BufferError
+    While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
+    alive) or in use by another thread.)doc")
+    .def(
+      "__enter__", [](nb::handle self) { return nb::borrow(self); },
+      "The buffer itself; leaving the ``with`` block closes it.")
     .def(
       "__exit__",
-      [](Buffer& self, nb::handle, nb::handle, nb::handle) { self.release(); },
-      nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none())
+      [](Buffer& self, nb::handle, nb::handle, nb::handle) {
+        self.release(Buffer::release_mode::close);
+      },
+      nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
+      "Close the buffer (see :meth:`close`).")
     .def_prop_ro("__cuda_array_interface__", &cuda_array_interface,
                  "CUDA array interface (version 3): a 1-D ``uint8`` array with its stream.")
     .def("__dlpack__", &dlpack, nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("kwargs"),
          "DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the "
-         "buffer's stream. The capsule keeps the buffer alive.")
+         "buffer's stream. The tensor keeps the buffer alive and counts as an export.")
     .def(
       "__dlpack_device__", [](Buffer& self) { return dlpack_device(self); },
       "``(device_type, device_id)`` of the memory for DLPack.")
     .def("__repr__", [](nb::handle py_self) {
       Buffer& self = buffer_of(py_self);
-      if (!self.buf.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
+      if (!self.mem.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
       char ptr[32];
       std::snprintf(ptr, sizeof ptr, "0x%llx",
-                    static_cast<unsigned long long>(ptr_of(self)));
+                    static_cast<unsigned long long>(
+                      reinterpret_cast<std::uintptr_t>(self.mem->data())));
       std::string text{"<"};
       text.append(nb::type_name(py_self.type()).c_str())
         .append(" size=")
-        .append(std::to_string(self.buf->size()))
+        .append(std::to_string(self.mem->size()))
         .append(" ptr=")
         .append(ptr)
         .append(">");
@@ -825,17 +1039,16 @@ The destination.)doc")
       }
       // The buffer owns its resource; its `mr` is the Python object for that resource.
       int const device = current_device();
-      nb::object mr =
-        wrap_resource(device_resource{owned->memory_resource()}, device);
+      nb::object mr     = wrap_resource(device_resource{owned->memory_resource()}, device);
       nb::object stream = stream_for_handle(owned->stream().get());
       nb::object out = new_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
                                   [&](Buffer* self) {
                                     new (self) Buffer{};
-                                    self->buf.emplace(std::move(*owned));
+                                    self->mem.emplace(std::move(*owned));
                                     self->device = device;
                                     self->mr     = std::move(mr);
                                     self->stream = std::move(stream);
-                                    self->count_holder(false);
+                                    self->list_holder();
                                   });
       PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
       return out;
@@ -861,16 +1074,13 @@ mr : DeviceMemoryResource, optional
     .def(
       "__init__",
       [](DeviceBuffer* self, std::uintptr_t ptr, nb::handle size, nb::handle stream, nb::handle mr) {
-        std::size_t const n = parse_size(size, "size");
-        construct(self, n, default_alignment, resource_or_current(mr, "mr"),
-                  stream_object(stream, "stream"));
-        if (ptr != 0) {
-          copy_bytes(self->buf->data(), reinterpret_cast<void const*>(ptr), n,
-                     nb::inst_ptr<Stream>(self->stream)->ref());
-        }
+        construct(self, parse_buffer_args(size, "size", mr, stream, nb::handle{}),
+                  reinterpret_cast<void const*>(ptr));
       },
       nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,
-      nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none())
+      nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::sig("def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., "
+              "mr: DeviceMemoryResource | None = None) -> None"))
     .def_static(
       "to_device",
       [](nb::handle b, nb::handle stream, nb::handle mr) {

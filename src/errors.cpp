@@ -1,13 +1,18 @@
-// Exceptions of rmm/error.hpp, translated to Python classes.
+// Errors (see errors.hpp): exception classes, Python exceptions travelling through librmm,
+// and the translation of C++ exceptions.
 //
-//   nbrmm.CudaError(RuntimeError)   a CUDA runtime call failed (rmm::cuda_error)
+//   nbrmm.CudaError(RuntimeError)   a CUDA runtime call failed (rmm::cuda_error), or there
+//                                   is no usable CUDA driver or GPU for what was asked
 //   nbrmm.BadAlloc(MemoryError)     an allocation failed (rmm::bad_alloc)
 //   nbrmm.OutOfMemory(BadAlloc)     the resource ran out of memory (rmm::out_of_memory)
 //   nbrmm.LogicError(RuntimeError)  a librmm precondition failed (rmm::logic_error)
 //   ValueError / IndexError         rmm::invalid_argument / rmm::out_of_range
-#include "nb_rmm.hpp"
+#include "errors.hpp"
+
+#include "bindings.hpp"
 
 #include <exception>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -16,8 +21,18 @@ namespace nbrmm {
 void throw_cuda_error(cudaError_t status, char const* what)
 {
   cudaGetLastError();  // clear the runtime's last-error state
-  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                        cudaGetErrorString(status)};
+  std::string message = std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status);
+  switch (status) {
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorStubLibrary:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorCallRequiresNewerDriver:
+      throw no_gpu_error{"no usable CUDA driver or GPU: " + message};
+    default: throw rmm::cuda_error{message};
+  }
 }
 
 namespace {
@@ -25,7 +40,160 @@ namespace {
 thread_local std::exception_ptr pending_exception;
 PyObject* raise_pending = nullptr;  // nbrmm._nbrmm._raise_pending (owned by the module)
 
+PyObject* cuda_error_type     = nullptr;
+PyObject* unavailable_type    = nullptr;  // nbrmm.CudaUnavailableError
+PyObject* logic_error_type    = nullptr;
+PyObject* bad_alloc_type      = nullptr;
+PyObject* out_of_memory_type  = nullptr;
+
+/// The last Python MemoryError that a callback raised on this thread during the current
+/// nbrmm call (strong reference; touched only with the GIL held): the cause of the
+/// out-of-memory error librmm may answer it with.
+thread_local PyObject* last_memory_error = nullptr;
+
+void restore_exception(py_owned const& exc) noexcept
+{
+  PyObject* value = exc.get().ptr();
+  if (value == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "nbrmm: a Python exception was lost in a callback");
+    return;
+  }
+  PyErr_Restore(Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(value))), Py_NewRef(value),
+                PyException_GetTraceback(value));
+}
+
+/// Whether a librmm message reports a missing or unusable CUDA driver or GPU.
+bool no_usable_driver(std::string const& message)
+{
+  for (char const* name : {"cudaErrorInsufficientDriver", "cudaErrorNoDevice",
+                           "cudaErrorStubLibrary", "cudaErrorSystemDriverMismatch",
+                           "cudaErrorCompatNotSupportedOnDevice", "cudaErrorCallRequiresNewerDriver",
+                           "CUDA driver version is insufficient"}) {
+    if (message.find(name) != std::string::npos) { return true; }
+  }
+  return false;
+}
+
+/// Sets `type` with the cleaned message, or nbrmm.CudaUnavailableError when the message
+/// says there is no usable driver or GPU.
+void set_rmm_error(PyObject* type, char const* what)
+{
+  std::string const message = clean_message(what);
+  if (no_usable_driver(message)) {
+    PyErr_SetString(unavailable_type, ("no usable CUDA driver or GPU: " + message).c_str());
+    return;
+  }
+  PyErr_SetString(type, message.c_str());
+}
+
+void forget_memory_error() noexcept { Py_CLEAR(last_memory_error); }
+
+/// Sets the error for an exception (rethrows what nbrmm does not translate).
+void translate(std::exception_ptr const& p, void*)
+{
+  try {
+    std::rethrow_exception(p);
+  } catch (python_exception const& e) {
+    forget_memory_error();
+    e.restore();
+  } catch (python_out_of_memory const& e) {
+    forget_memory_error();
+    e.restore();
+  } catch (rmm::out_of_memory const& e) {
+    set_rmm_error(out_of_memory_type, e.what());
+    if (last_memory_error != nullptr) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyErr_NormalizeException(&type, &value, &tb);
+      PyException_SetCause(value, std::exchange(last_memory_error, nullptr));  // steals
+      PyErr_Restore(type, value, tb);
+    }
+  } catch (rmm::bad_alloc const& e) {
+    forget_memory_error();
+    set_rmm_error(bad_alloc_type, e.what());
+  } catch (no_gpu_error const& e) {
+    forget_memory_error();
+    PyErr_SetString(unavailable_type, clean_message(e.what()).c_str());
+  } catch (rmm::cuda_error const& e) {
+    forget_memory_error();
+    PyErr_SetString(cuda_error_type, clean_message(e.what()).c_str());
+  } catch (rmm::logic_error const& e) {
+    forget_memory_error();
+    set_rmm_error(logic_error_type, e.what());
+  } catch (rmm::invalid_argument const& e) {
+    PyErr_SetString(PyExc_ValueError, clean_message(e.what()).c_str());
+  } catch (rmm::out_of_range const& e) {
+    PyErr_SetString(PyExc_IndexError, clean_message(e.what()).c_str());
+  } catch (nb::python_error const&) {
+    throw;
+  } catch (nb::builtin_exception const&) {
+    throw;
+  } catch (std::bad_alloc const&) {
+    PyErr_SetString(PyExc_MemoryError, "out of host memory");
+  } catch (std::out_of_range const& e) {
+    PyErr_SetString(PyExc_IndexError, clean_message(e.what()).c_str());
+  } catch (std::overflow_error const& e) {
+    PyErr_SetString(PyExc_OverflowError, clean_message(e.what()).c_str());
+  } catch (std::logic_error const& e) {  // invalid_argument, domain_error, length_error
+    PyErr_SetString(PyExc_ValueError, clean_message(e.what()).c_str());
+  } catch (std::exception const& e) {
+    PyErr_SetString(PyExc_RuntimeError, clean_message(e.what()).c_str());
+  }
+}
+
 }  // namespace
+
+void python_exception::restore() const noexcept { restore_exception(*exc_); }
+
+void python_out_of_memory::restore() const noexcept { restore_exception(*exc_); }
+
+void throw_python_error()
+{
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (type == nullptr) {
+    PyErr_SetString(PyExc_SystemError, "nbrmm: a callback failed without setting an exception");
+    PyErr_Fetch(&type, &value, &tb);
+  }
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != nullptr) { PyException_SetTraceback(value, tb); }
+  auto exc = std::make_shared<py_owned>(value);
+  bool const oom = PyErr_GivenExceptionMatches(value, PyExc_MemoryError) != 0;
+  std::string what;
+  if (oom) {
+    what = nb::type_name(nb::handle{type}).c_str();
+    if (nb::object text = nb::steal(PyObject_Str(value)); text.is_valid()) {
+      if (char const* c = PyUnicode_AsUTF8(text.ptr()); c != nullptr && *c != '\0') {
+        what += std::string{": "} + c;
+      }
+    }
+    PyErr_Clear();
+    Py_XSETREF(last_memory_error, Py_NewRef(value));
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  if (oom) { throw python_out_of_memory{what, std::move(exc)}; }
+  throw python_exception{std::move(exc)};
+}
+
+void forget_python_memory_error() noexcept
+{
+  if (last_memory_error != nullptr) { forget_memory_error(); }
+}
+
+std::string clean_message(std::string_view message)
+{
+  static std::regex const prefixes{R"((std::bad_alloc: |out_of_memory: ))"};
+  static std::regex const failure_at{R"(RMM failure at:\s*\S+:\d+:\s*)"};
+  static std::regex const located{R"(\s*at:\s*\S+:\d+:\s*)"};
+  std::string text{message};
+  text = std::regex_replace(text, prefixes, "");
+  text = std::regex_replace(text, failure_at, "");
+  text = std::regex_replace(text, located, ": ");
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) { text.pop_back(); }
+  return text;
+}
 
 void raise_current_exception() noexcept
 {
@@ -44,26 +212,32 @@ void bind_errors(nb::module_& m)
   });
   raise_pending = m.attr("_raise_pending").ptr();
 
-  // nanobind tries the most recently registered translator first: bases go first.
   static nb::exception<rmm::cuda_error> cuda_error(m, "CudaError", PyExc_RuntimeError);
   static nb::exception<rmm::logic_error> logic_error(m, "LogicError", PyExc_RuntimeError);
   static nb::exception<rmm::bad_alloc> bad_alloc(m, "BadAlloc", PyExc_MemoryError);
   static nb::exception<rmm::out_of_memory> out_of_memory(m, "OutOfMemory", bad_alloc);
+  cuda_error_type    = cuda_error.ptr();
+  logic_error_type   = logic_error.ptr();
+  bad_alloc_type     = bad_alloc.ptr();
+  out_of_memory_type = out_of_memory.ptr();
 
-  cuda_error.attr("__doc__") = "A CUDA runtime call made by librmm failed (e.g. no GPU or driver).";
-  logic_error.attr("__doc__") = "A librmm precondition failed.";
-  bad_alloc.attr("__doc__") = "A memory resource could not allocate the requested memory.";
+  // Without a usable driver or GPU: a CUDA error, and (as an allocation failure is in rmm)
+  // a MemoryError.
+  unavailable_type = PyErr_NewExceptionWithDoc(
+    "nbrmm._nbrmm.CudaUnavailableError",
+    "There is no usable CUDA driver or GPU for what was asked (a CudaError and a BadAlloc).",
+    nb::make_tuple(cuda_error, bad_alloc).ptr(), nullptr);
+  if (unavailable_type == nullptr) { throw nb::python_error(); }
+  m.attr("CudaUnavailableError") = nb::steal(unavailable_type);
+
+  cuda_error.attr("__doc__") =
+    "A CUDA runtime call failed, or there is no usable CUDA driver or GPU for what was asked.";
+  logic_error.attr("__doc__")   = "A librmm precondition failed.";
+  bad_alloc.attr("__doc__")     = "A memory resource could not allocate the requested memory.";
   out_of_memory.attr("__doc__") = "A memory resource ran out of memory.";
 
-  nb::register_exception_translator([](std::exception_ptr const& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (rmm::invalid_argument const& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (rmm::out_of_range const& e) {
-      PyErr_SetString(PyExc_IndexError, e.what());
-    }
-  });
+  // Registered last, so tried first: it handles every exception librmm and nbrmm throw.
+  nb::register_exception_translator(&translate);
 }
 
 }  // namespace nbrmm

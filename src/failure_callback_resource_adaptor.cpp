@@ -22,78 +22,51 @@ using failure_holder  = holder_resource<failure_adaptor, callback_ref>;
 
 struct FailureCallbackResourceAdaptor : UpstreamResourceAdaptor {};
 
-/// Calls the Python callback with the size that failed; any exception propagates to the
-/// allocation that failed (librmm only catches out-of-memory errors).
+/// Calls the Python callback with the size that failed (librmm calls this when the
+/// upstream raised out-of-memory). An exception the callback raises travels to the caller
+/// of the allocation (see errors.hpp).
 bool call_back(py_owned const& fn, std::size_t bytes)
 {
-  if (!nb::is_alive()) { return false; }
-  nb::gil_scoped_acquire gil;
+  gil_acquire gil;
+  if (!gil.ok() || !fn.get().is_valid()) { return false; }  // exiting: no retry
+  callback_scope scope{&fn};
   nb::error_scope pending;  // allocation may happen while an exception propagates
-  nb::object result = fn.get()(bytes);
-  int const truth   = PyObject_IsTrue(result.ptr());
-  if (truth < 0) { throw nb::python_error(); }
+  PyObject* result = PyObject_CallFunction(fn.get().ptr(), "n", static_cast<Py_ssize_t>(bytes));
+  if (result == nullptr) { throw_python_error(); }
+  int const truth = PyObject_IsTrue(result);
+  Py_DECREF(result);
+  if (truth < 0) { throw_python_error(); }
   return truth == 1;
 }
+
+/// Completes the wrapper of a C++ copy of nbrmm's own adaptor: its callback's identity.
+struct callback_of_holder {
+  template <class Py>
+  void operator()(failure_holder const& holder, Py& obj, int) const noexcept
+  {
+    obj.callback_key = holder.extra().get();
+  }
+};
 
 failure_holder const* holder_of(DeviceMemoryResource const& r)
 {
   return r.res.has_value() ? cuda::mr::resource_cast<failure_holder>(&r.res) : nullptr;
 }
 
-/// The callable, when this object's resource is its only owner (no C++ copy elsewhere).
-PyObject* exclusive_callback(DeviceMemoryResource const& r)
-{
-  auto const* holder = holder_of(r);
-  return (holder != nullptr && holder->use_count() == 1) ? holder->extra()->get().ptr() : nullptr;
-}
-
-template <class Fn>
-Fn base_slot(int slot)
-{
-  for (PyType_Slot const* s = resource_type_slots; s->slot != 0; ++s) {
-    if (s->slot == slot) { return reinterpret_cast<Fn>(s->pfunc); }
-  }
-  return nullptr;
-}
-
-int failure_traverse(PyObject* self, visitproc visit, void* arg)
-{
-  static auto const base = base_slot<traverseproc>(Py_tp_traverse);
-  if (int const rc = base(self, visit, arg); rc != 0) { return rc; }
-  if (!nb::inst_ready(self)) { return 0; }
-  Py_VISIT(exclusive_callback(*nb::inst_ptr<DeviceMemoryResource>(self)));
-  return 0;
-}
-
-int failure_clear(PyObject* self)
-{
-  static auto const base = base_slot<inquiry>(Py_tp_clear);
-  base(self);
-  if (nb::inst_ready(self)) {
-    auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
-    if (exclusive_callback(*r) != nullptr) { r->res = device_resource{}; }
-  }
-  return 0;
-}
-
-PyType_Slot failure_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(failure_traverse)},
-                               {Py_tp_clear, reinterpret_cast<void*>(failure_clear)},
-                               {0, nullptr}};
-
 }  // namespace
 
 void bind_failure_callback_resource_adaptor(nb::module_& m)
 {
-  nb::class_<FailureCallbackResourceAdaptor, UpstreamResourceAdaptor>(
-    m, "FailureCallbackResourceAdaptor", nb::type_slots(failure_slots),
-    nb::is_weak_referenceable(), R"doc(
+  resource_class<FailureCallbackResourceAdaptor, UpstreamResourceAdaptor>(
+    m, "FailureCallbackResourceAdaptor", R"doc(
 Adaptor that calls ``callback(nbytes)`` when the upstream runs out of memory.
 
-When the upstream raises ``nbrmm.OutOfMemory`` for a request of ``nbytes`` bytes, the
-adaptor calls ``callback(nbytes)`` (with the GIL). If it returns True, the allocation
-is tried again (and the callback called again if it fails again); if it returns False,
-the ``OutOfMemory`` error reaches the caller. An exception raised by the callback
-reaches the caller instead. Other errors of the upstream are not retried.
+When the upstream runs out of memory for a request of ``nbytes`` bytes (it raises
+``nbrmm.OutOfMemory``, or a Python upstream raises ``MemoryError``), the adaptor calls
+``callback(nbytes)`` (with the GIL). If it returns True, the allocation is tried again
+(and the callback called again if it fails again); if it returns False, the
+out-of-memory error reaches the caller. An exception raised by the callback reaches the
+caller instead. Other errors of the upstream are not retried.
 
 Parameters
 ----------
@@ -115,12 +88,15 @@ The callable is owned by the C++ resource and every C++ copy of it, so it stays 
                                 std::string{nb::type_name(callback.type()).c_str()})
                                  .c_str());
         }
+        auto fn = std::make_shared<py_owned>(callback);
         init_adaptor(self, upstream_mr, [&](device_resource up) {
-          auto fn = std::make_shared<py_owned>(callback);
           return failure_holder{fn, std::move(up),
                                 [fn](std::size_t bytes, void*) { return call_back(*fn, bytes); },
                                 nullptr};
         });
+        // The callable is the resource's own (every copy of the adaptor shares it).
+        self->callback_key = fn.get();
+        self->own_refs.push_back(fn.get());
       },
       nb::arg("upstream_mr"), nb::arg("callback"),
       nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource, "
@@ -135,7 +111,7 @@ The callable is owned by the C++ resource and every C++ copy of it, so it stays 
       nb::for_getter(nb::sig("def callback(self, /) -> collections.abc.Callable[[int], bool] | None")),
       "The callback (None for an adaptor made by C++ code).");
 
-  register_adaptor_wrapper<FailureCallbackResourceAdaptor, failure_holder>();
+  register_adaptor_wrapper<FailureCallbackResourceAdaptor, failure_holder, callback_of_holder>();
   register_adaptor_wrapper<FailureCallbackResourceAdaptor, failure_adaptor>();
 }
 

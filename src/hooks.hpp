@@ -1,7 +1,14 @@
 // Helpers shared by the framework allocator hooks (cupy_allocator.cpp, torch_allocator.cpp).
 #pragma once
 
-#include "nb_rmm.hpp"
+#include "args.hpp"
+#include "bindings.hpp"
+#include "deferred_frees.hpp"
+#include "device.hpp"
+#include "errors.hpp"
+#include "gil.hpp"
+#include "resource.hpp"
+#include "stream.hpp"
 
 #include <rmm/mr/per_device_resource.hpp>
 

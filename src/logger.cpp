@@ -2,7 +2,8 @@
 // level and flushing. This is the logger of librmm's own diagnostics (RMM_LOG_* macros),
 // written to stderr or to the file named by the environment variable RMM_DEBUG_LOG_FILE;
 // the per-allocation CSV log is LoggingResourceAdaptor's.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
+#include "gil.hpp"
 
 #include <rmm/logger.hpp>
 #include <rmm/mr/per_device_resource.hpp>

@@ -1,557 +1,160 @@
 // The resource base classes (rmm/resource_ref.hpp): nbrmm.mr.DeviceMemoryResource, which
-// owns a type-erased librmm resource, and UpstreamResourceAdaptor. Also the resource that
-// calls into Python, which backs CallbackMemoryResource and Python subclasses.
-#include "nb_rmm.hpp"
+// owns a type-erased librmm resource and can be subclassed in Python, and
+// UpstreamResourceAdaptor. Also the raw allocate/deallocate of the base class, whose
+// outstanding allocations nbrmm records so that no pointer is freed twice or to the wrong
+// resource.
+#include "args.hpp"
+#include "bindings.hpp"
+#include "deferred_frees.hpp"
+#include "errors.hpp"
+#include "gil.hpp"
+#include "resource.hpp"
+#include "stream.hpp"
 
-#include <cctype>
-#include <cmath>
-#include <limits>
+#include <cstdint>
+#include <cstdio>
 #include <mutex>
-#include <new>
-#include <optional>
 #include <string>
-#include <vector>
+#include <unordered_map>
 
 namespace nbrmm {
-
-// ------------------------------------------------------------------------------------
-// python_resource
-// ------------------------------------------------------------------------------------
-
-python_resource::python_resource(nb::handle allocate, nb::handle deallocate)
-  : state_{std::make_shared<state>(allocate, deallocate)}
-{
-}
-
-void* python_resource::allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t)
-{
-  if (!nb::is_alive()) { throw rmm::bad_alloc{"the Python interpreter has shut down"}; }
-  nb::gil_scoped_acquire gil;
-  nb::error_scope pending;
-  nb::object result = state_->allocate.get()(bytes, stream_for_handle(stream.get()));
-  if (!PyLong_Check(result.ptr())) {
-    throw nb::type_error(("allocate callback must return the pointer as an int, got " +
-                          std::string{nb::type_name(result.type()).c_str()})
-                           .c_str());
-  }
-  auto const raw = PyLong_AsUnsignedLongLong(result.ptr());
-  if (PyErr_Occurred()) { throw nb::python_error(); }
-  if (raw == 0 && bytes != 0) {
-    throw rmm::bad_alloc{"allocate callback returned a null pointer for " + std::to_string(bytes) +
-                         " bytes"};
-  }
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(raw));
-}
-
-void python_resource::deallocate(cuda::stream_ref stream,
-                                 void* ptr,
-                                 std::size_t bytes,
-                                 std::size_t) noexcept
-{
-  nb::detail::cleanup_guard guard{};
-  if (!guard) { return; }  // interpreter gone: nothing can free Python-managed memory
-  // Deallocation often runs while an exception propagates (a temporary buffer dies):
-  // set that exception aside so the callback runs cleanly, then restore it.
-  nb::error_scope pending;
-  try {
-    state_->deallocate.get()(reinterpret_cast<std::uintptr_t>(ptr), bytes,
-                             stream_for_handle(stream.get()));
-  } catch (nb::python_error& e) {
-    e.discard_as_unraisable("nbrmm: exception in a deallocate callback");
-  } catch (std::exception const& e) {
-    PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "nbrmm: deallocate callback failed: %s", e.what());
-    if (PyErr_Occurred()) { PyErr_WriteUnraisable(nullptr); }
-  }
-}
-
-void* python_resource::allocate_sync(std::size_t bytes, std::size_t alignment)
-{
-  return allocate(cuda::stream_ref{cudaStream_t{nullptr}}, bytes, alignment);
-}
-
-void python_resource::deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
-{
-  deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
-}
-
 namespace {
 
-/// The callables of a python_resource held directly or inside a python_owned_resource.
-template <class Res>
-python_resource::state const* python_state_in(Res const& res) noexcept
-{
-  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) { return py->state_ptr(); }
-  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
-    return python_state(owned->inner());
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-python_resource::state const* python_state(device_resource const& res) noexcept
-{
-  return res.has_value() ? python_state_in(res) : nullptr;
-}
-
-python_resource::state const* python_state(rmm::device_async_resource_ref res) noexcept
-{
-  return python_state_in(res);
-}
-
 // ------------------------------------------------------------------------------------
-// Arguments
+// Raw allocations (DeviceMemoryResource.allocate / deallocate)
 // ------------------------------------------------------------------------------------
 
-namespace {
-
-PyTypeObject* resource_type = nullptr;  // nbrmm.mr.DeviceMemoryResource
-
-[[noreturn]] void size_error(char const* param, std::string const& why)
-{
-  throw nb::value_error((std::string{param} + ": " + why).c_str());
-}
-
-std::size_t parse_size_string(std::string const& text, char const* param)
-{
-  std::size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
-  std::size_t const start = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
-    ++i;
-  }
-  if (i == start) { size_error(param, "cannot parse a size from '" + text + "'"); }
-  double number = 0;
-  try {
-    number = std::stod(text.substr(start, i - start));
-  } catch (std::exception const&) {
-    size_error(param, "cannot parse a size from '" + text + "'");
-  }
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
-  std::string unit;
-  for (; i < text.size(); ++i) {
-    if (std::isspace(static_cast<unsigned char>(text[i]))) { break; }
-    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  }
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
-  if (i != text.size()) { size_error(param, "cannot parse a size from '" + text + "'"); }
-
-  static std::pair<char const*, double> const units[] = {
-    {"", 1.0},         {"b", 1.0},          {"k", 1e3},          {"kb", 1e3},
-    {"m", 1e6},        {"mb", 1e6},         {"g", 1e9},          {"gb", 1e9},
-    {"t", 1e12},       {"tb", 1e12},        {"p", 1e15},         {"pb", 1e15},
-    {"ki", 1024.0},    {"kib", 1024.0},     {"mi", 1048576.0},   {"mib", 1048576.0},
-    {"gi", 1073741824.0}, {"gib", 1073741824.0}, {"ti", 1099511627776.0},
-    {"tib", 1099511627776.0}, {"pi", 1125899906842624.0}, {"pib", 1125899906842624.0},
-  };
-  for (auto const& [name, factor] : units) {
-    if (unit == name) {
-      double const value = std::floor(number * factor);
-      if (!(value < 18446744073709551616.0)) {
-        size_error(param, "'" + text + "' is too large");
-      }
-      return static_cast<std::size_t>(value);
-    }
-  }
-  size_error(param, "unknown unit '" + unit + "' in '" + text + "'");
-}
-
-}  // namespace
-
-std::size_t parse_size(nb::handle obj, char const* param)
-{
-  if (PyLong_CheckExact(obj.ptr())) {
-    int overflow       = 0;
-    long long const v  = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-    if (overflow == 0 && v >= 0) { return static_cast<std::size_t>(v); }
-  }
-  if (PyBool_Check(obj.ptr())) {
-    throw nb::type_error((std::string{param} + ": expected a size in bytes, got bool").c_str());
-  }
-  if (PyUnicode_Check(obj.ptr())) { return parse_size_string(nb::cast<std::string>(obj), param); }
-  if (!PyIndex_Check(obj.ptr())) {
-    throw nb::type_error((std::string{param} + ": expected a size in bytes (int or str such as '1GiB'), got " +
-                          nb::type_name(obj.type()).c_str())
-                           .c_str());
-  }
-  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
-  if (!index.is_valid()) { throw nb::python_error(); }
-  if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) {
-    size_error(param, "must be non-negative, got " + std::string{nb::str(index).c_str()});
-  }
-  auto const v = PyLong_AsUnsignedLongLong(index.ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    size_error(param, std::string{nb::str(index).c_str()} + " bytes is too large");
-  }
-  return static_cast<std::size_t>(v);
-}
-
-std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param)
-{
-  if (obj.is_none()) { return std::nullopt; }
-  return parse_size(obj, param);
-}
-
-device_resource& DeviceMemoryResource::get()
-{
-  if (!res.has_value()) {
-    throw nb::value_error("this memory resource was cleared by the garbage collector");
-  }
-  return res;
-}
-
-python_resource::state const* DeviceMemoryResource::callables() noexcept
-{
-  if (!res.has_value()) { return nullptr; }  // cleared by the garbage collector
-  if (!callables_known_) {
-    callables_       = python_state(res);
-    callables_known_ = true;
-  }
-  return callables_;
-}
-
-std::shared_ptr<device_resource> const& DeviceMemoryResource::shared()
-{
-#if defined(Py_GIL_DISABLED)
-  static std::mutex lock;  // made once per object; threads may race to make it
-  std::lock_guard<std::mutex> guard{lock};
-#endif
-  if (!shared_) { shared_ = std::make_shared<device_resource>(get()); }
-  return shared_;
-}
-
-void DeviceMemoryResource::clear() noexcept
-{
-  shared_.reset();
-  res = device_resource{};
-}
-
-bool DeviceMemoryResource::caches() noexcept
-{
-  if (caches_ < 0) { caches_ = res.has_value() && deferred_frees::caches(res) ? 1 : 0; }
-  return caches_ == 1;
-}
-
-DeviceMemoryResource::~DeviceMemoryResource()
-{
-  if (res.has_value() && holds_gil()) { deferred_frees::flush(); }
-}
-
-// ------------------------------------------------------------------------------------
-// Deferred frees
-// ------------------------------------------------------------------------------------
-
-namespace deferred_frees {
-namespace {
-
-/// One queued free, holding its resource alive.
-struct entry {
-  held_resource res;
-  void* ptr;
+/// One outstanding allocation made through DeviceMemoryResource.allocate.
+struct raw_allocation {
+  std::shared_ptr<py_owned> owner;  ///< the resource object that allocated it
+  device_resource res;              ///< its resource (the object's own, kept with it)
+  block b;
   std::size_t bytes;
   std::size_t alignment;
-  cudaStream_t stream;
   int device;
-
-  void free() noexcept
-  {
-    deallocate_on_device(res.get(), cuda::stream_ref{stream}, ptr, bytes, alignment, device);
-  }
 };
 
-}  // namespace
+std::mutex& raw_mutex()
+{
+  static auto* m = new std::mutex;  // never destroyed: frees may come at exit
+  return *m;
+}
 
-/// Room for up to `capacity` entries, constructed in place as they arrive.
-class entries {
- public:
-  entries() noexcept {}
-  entries(entries const&)            = delete;
-  entries& operator=(entries const&) = delete;
-  ~entries() {}  // only ever destroyed empty
+std::unordered_map<std::uintptr_t, raw_allocation>& raw_allocations()
+{
+  static auto* map = new std::unordered_map<std::uintptr_t, raw_allocation>;
+  return *map;
+}
 
-  [[nodiscard]] int count() const noexcept { return count_; }
-  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+std::string hex(std::uintptr_t p)
+{
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(p));
+  return text;
+}
 
-  /// Adds an entry made from `fields` (in the order of `entry`'s members).
-  template <class... Fields>
-  void emplace(Fields&&... fields) noexcept
+std::uintptr_t raw_allocate(nb::handle self, nb::handle nbytes, nb::handle stream,
+                            nb::handle alignment_obj)
+{
+  auto& r                     = *nb::inst_ptr<DeviceMemoryResource>(self);
+  std::size_t const alignment = alignment_arg(alignment_obj);
+  std::size_t const n         = request_size(nbytes, "nbytes", alignment);
+  cuda::stream_ref const s    = stream_arg(stream, "stream");
+  device_resource& res        = r.get();
+  check_reentry(self, "allocate");
+  if (n == 0) { return 0; }
+  block b;
   {
-    entry& e = *new (&slots_[count_++].e) entry{std::forward<Fields>(fields)...};
-    bytes_ += e.bytes;
+    gil_release release;
+    b = allocate_block(res, s, n, alignment);
   }
-  /// Frees every entry's block and drops what kept its resource alive (which may be the
-  /// last owner).
-  void free_all() noexcept
+  auto const key = reinterpret_cast<std::uintptr_t>(b.data);
+  bool inserted  = false;
+  try {
+    raw_allocation record{std::make_shared<py_owned>(self), res, b, n, alignment, r.device};
+    std::lock_guard lock{raw_mutex()};
+    inserted = raw_allocations().try_emplace(key, std::move(record)).second;
+  } catch (...) {
+  }
+  if (!inserted) {
+    {
+      gil_release release;
+      free_block(res, s, b, r.device);
+    }
+    throw nb::builtin_exception(
+      nb::exception_type::runtime_error,
+      ("allocate: the resource returned " + hex(key) +
+       ", which is already an outstanding allocation (the resource hands out memory twice)")
+        .c_str());
+  }
+  return key;
+}
+
+void raw_deallocate(nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
+                    nb::handle alignment_obj)
+{
+  auto& r                     = *nb::inst_ptr<DeviceMemoryResource>(self);
+  std::size_t const alignment = alignment_arg(alignment_obj);
+  std::size_t const n         = parse_size(nbytes, "nbytes");
+  cuda::stream_ref const s    = stream_arg(stream, "stream");
+  if (ptr == 0 && n == 0) { return; }
+  check_reentry(self, "deallocate");
+  raw_allocation a{};
   {
-    for (int i = 0; i < count_; ++i) {
-      slots_[i].e.free();
-      slots_[i].e.~entry();
+    std::lock_guard lock{raw_mutex()};
+    auto& map = raw_allocations();
+    auto it   = map.find(ptr);
+    if (it == map.end()) {
+      throw nb::value_error(("ptr: " + hex(ptr) +
+                             " is not an outstanding allocation of allocate() (never "
+                             "allocated, or already freed)")
+                              .c_str());
     }
-    count_ = 0;
-    bytes_ = 0;
-  }
-
- private:
-  union slot {
-    slot() noexcept {}
-    ~slot() {}
-    entry e;
-  };
-  int count_{0};
-  std::size_t bytes_{0};
-  slot slots_[capacity];
-};
-
-namespace {
-
-std::vector<predicate>& predicates()
-{
-  static std::vector<predicate> p;
-  return p;
-}
-
-#if !defined(Py_GIL_DISABLED)
-// Guarded by the GIL. The queue's storage is never freed: whatever a thread is still
-// freeing at exit stays valid.
-entries* queue = new entries;
-// Empty storage to swap in; more is made only while several threads free at once.
-constexpr int spare_capacity = 8;
-entries* spares[spare_capacity] = {new entries};
-int spare_count                 = 1;
-bool accepting{true};  // false when switched off, and for good once stop() ran
-bool stopped{false};
-#endif
-
-}  // namespace
-
-void register_cache(predicate p) { predicates().push_back(p); }
-
-bool caches(device_resource const& res) noexcept
-{
-  device_resource const* inner = &res;
-  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
-    inner = &owned->inner();
-  }
-  for (predicate p : predicates()) {
-    if (p(*inner)) { return true; }
-  }
-  return false;
-}
-
-bool defer(held_resource& res,
-           void* ptr,
-           std::size_t bytes,
-           std::size_t alignment,
-           cudaStream_t stream,
-           int device) noexcept
-{
-#if defined(Py_GIL_DISABLED)
-  return false;
-#else
-  if (!accepting || queue->count() == capacity || bytes > byte_budget - queue->bytes() ||
-      !is_legacy_default(stream)) {
-    return false;
-  }
-  queue->emplace(std::move(res), ptr, bytes, alignment, stream, device);
-  return true;
-#endif
-}
-
-PyThreadState* release_gil(entries** taken) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (queue->count() != 0) {
-    // Swap in empty storage under the GIL; other threads queue into it meanwhile.
-    entries* fresh = spare_count > 0 ? spares[--spare_count] : new (std::nothrow) entries;
-    if (fresh != nullptr) {  // (without memory for a swap the queue waits for the next one)
-      entries* batch = std::exchange(queue, fresh);
-      *taken         = batch;
-      PyThreadState* state = PyEval_SaveThread();
-      batch->free_all();
-      return state;
+    if (it->second.owner->get().ptr() != self.ptr() &&
+        !(r.res.has_value() && unwrap(it->second.res) == unwrap(r.res))) {
+      nb::handle other = it->second.owner->get();
+      throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
+                             (other.is_valid()
+                                ? std::string{" ("} + nb::type_name(other.type()).c_str() + ")"
+                                : std::string{})
+                             )
+                              .c_str());
     }
-  }
-#endif
-  *taken = nullptr;
-  return PyEval_SaveThread();
-}
-
-void recycle(entries* taken) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (spare_count < spare_capacity) {
-    spares[spare_count++] = taken;
-  } else {
-    delete taken;  // empty
-  }
-#endif
-}
-
-void flush() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (queue->count() != 0) { gil_release release; }
-#endif
-}
-
-void stop() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  accepting = false;
-  stopped   = true;
-  flush();
-#endif
-}
-
-void forget() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (queue->count() != 0) {
-    entries* fresh = new (std::nothrow) entries;
-    if (fresh != nullptr) { queue = fresh; }  // the old storage and its entries are leaked
-  }
-#endif
-}
-
-bool enable(bool on) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  bool const was = accepting;
-  accepting      = on && !stopped;
-  if (!accepting) { flush(); }
-  return was;
-#else
-  return false;
-#endif
-}
-
-std::pair<int, std::size_t> pending() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  return {queue->count(), queue->bytes()};
-#else
-  return {0, 0};
-#endif
-}
-
-}  // namespace deferred_frees
-
-DeviceMemoryResource& resource_arg(nb::handle obj, char const* param)
-{
-  if (resource_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), resource_type) &&
-      nb::inst_ready(obj)) {
-    return *nb::inst_ptr<DeviceMemoryResource>(obj);
-  }
-  throw nb::type_error((std::string{param} +
-                        ": expected an nbrmm.mr.DeviceMemoryResource, got " +
-                        nb::type_name(obj.type()).c_str())
-                         .c_str());
-}
-
-// ------------------------------------------------------------------------------------
-// Wrapping C++ resources as Python objects
-// ------------------------------------------------------------------------------------
-
-namespace {
-
-std::vector<wrapper_fn>& wrappers()
-{
-  static std::vector<wrapper_fn> fns;
-  return fns;
-}
-
-}  // namespace
-
-void register_wrapper(wrapper_fn fn) { wrappers().push_back(fn); }
-
-nb::object wrap_resource(device_resource const& res, int device)
-{
-  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {
-    if (owned->owner().is_valid()) { return nb::borrow(owned->owner()); }
-    return wrap_resource(owned->inner(), device);
-  }
-  if (auto const* py = cuda::mr::resource_cast<python_resource>(&res)) {
-    // A Python subclass's resource calls its bound methods: hand back that object.
-    nb::handle fn = py->callbacks().allocate.get();
-    if (nb::hasattr(fn, "__self__")) {
-      nb::object self = fn.attr("__self__");
-      if (PyType_IsSubtype(Py_TYPE(self.ptr()), resource_type)) { return self; }
+    if (it->second.bytes != n) {
+      throw nb::value_error(("nbytes: " + hex(ptr) + " was allocated with " +
+                             std::to_string(it->second.bytes) + " bytes, not " +
+                             std::to_string(n))
+                              .c_str());
     }
+    if (it->second.alignment != alignment) {
+      throw nb::value_error(("alignment: " + hex(ptr) + " was allocated with alignment " +
+                             std::to_string(it->second.alignment) + ", not " +
+                             std::to_string(alignment))
+                              .c_str());
+    }
+    a = std::move(it->second);
+    map.erase(it);
   }
-  for (wrapper_fn fn : wrappers()) {
-    if (nb::object obj = fn(res, device); obj.is_valid()) { return obj; }
+  {
+    gil_release release;
+    free_block(a.res, s, a.b, a.device);
   }
-  return make_resource_object<DeviceMemoryResource>(res, device);
 }
 
-// ------------------------------------------------------------------------------------
-// GC support
-// ------------------------------------------------------------------------------------
-
-namespace {
-
-/// The Python callables that only this object owns: every C++ use of them is either this
-/// object's own or an nbrmm Buffer's that references this object (the buffers'
-/// finalizers free their memory and drop their uses before any cycle is cleared). A
-/// Buffer uses them through a copy of its own (adopted from C++) or a share of this
-/// object's shared copy; anything else (an adaptor, a queued free, ...) is one use more.
-python_resource const* exclusive_python_resource(DeviceMemoryResource& r)
+/// The number of outstanding raw allocations of `self` (for tests).
+std::size_t raw_outstanding(nb::handle self)
 {
-  if (!r.res.has_value()) { return nullptr; }
-  auto const* py = cuda::mr::resource_cast<python_resource>(&r.res);
-  if (py == nullptr) { return nullptr; }
-  // Copies besides `res` (the shared copy among them) plus owners of the shared copy
-  // besides this object.
-  long const shared = r.shared_uses();
-  long const uses   = py->use_count() - 1 + (shared > 0 ? shared - 2 : 0);
-  return uses == r.holders.size() ? py : nullptr;
-}
-
-int resource_traverse(PyObject* self, visitproc visit, void* arg)
-{
-  Py_VISIT(Py_TYPE(self));
-  if (!nb::inst_ready(self)) { return 0; }
-  auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
-  Py_VISIT(r->upstream.ptr());
-  Py_VISIT(r->keep.ptr());
-  if (auto const* py = exclusive_python_resource(*r)) {
-    Py_VISIT(py->callbacks().allocate.get().ptr());
-    Py_VISIT(py->callbacks().deallocate.get().ptr());
+  std::lock_guard lock{raw_mutex()};
+  std::size_t count = 0;
+  for (auto const& [ptr, a] : raw_allocations()) {
+    if (a.owner->get().ptr() == self.ptr()) { ++count; }
   }
-  return 0;
+  return count;
 }
-
-int resource_clear(PyObject* self)
-{
-  if (!nb::inst_ready(self)) { return 0; }
-  auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
-  r->upstream.reset();
-  r->keep.reset();
-  if (exclusive_python_resource(*r) != nullptr) { r->clear(); }
-  return 0;
-}
-
-}  // namespace
-
-/// Run by the garbage collector before it clears any object of a cycle: the buffers that
-/// hold this resource's Python callables (and so are in the cycle too) free their memory
-/// while the callables are intact.
-void resource_finalize(PyObject* self)
-{
-  if (nb::inst_ready(self)) { nb::inst_ptr<DeviceMemoryResource>(self)->holders.release_all(); }
-}
-
-PyType_Slot resource_type_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(resource_traverse)},
-                                     {Py_tp_clear, reinterpret_cast<void*>(resource_clear)},
-                                     {Py_tp_finalize, reinterpret_cast<void*>(resource_finalize)},
-                                     {0, nullptr}};
 
 // ------------------------------------------------------------------------------------
-// Bindings
+// The base classes
 // ------------------------------------------------------------------------------------
-
-namespace {
 
 bool overrides(nb::handle self, char const* name, nb::handle base)
 {
@@ -564,9 +167,7 @@ std::size_t resource_identity(nb::handle self)
 {
   auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
   if (!r.res.has_value()) { return 0; }
-  if (auto const* py = cuda::mr::resource_cast<python_resource>(&r.res)) {
-    return std::hash<void const*>{}(&py->callbacks());
-  }
+  if (auto const* st = python_state(r.res)) { return std::hash<void const*>{}(st); }
   // Equal resources must hash alike; the type is the finest key valid for all of them.
   return std::hash<std::string>{}(nb::type_name(self.type()).c_str());
 }
@@ -586,8 +187,10 @@ keep it alive on their own.
 
 Subclass it in Python and implement ``allocate(nbytes, stream)`` and
 ``deallocate(ptr, nbytes, stream)`` to write a resource in Python; such a resource can
-be the upstream of any adaptor, a buffer's ``mr`` and the current device resource.)doc");
-  resource_type = reinterpret_cast<PyTypeObject*>(base.ptr());
+be the upstream of any adaptor, a buffer's ``mr`` and the current device resource.
+``allocate`` must return a pointer aligned to 256 bytes (as every librmm resource does),
+and raise ``MemoryError`` when it cannot allocate.)doc");
+  set_resource_type(reinterpret_cast<PyTypeObject*>(base.ptr()));
 
   base
     .def(
@@ -607,23 +210,24 @@ be the upstream of any adaptor, a buffer's ``mr`` and the current device resourc
                                 " does not")
                                  .c_str());
         }
+        std::string const name = std::string{nb::type_name(py_self.type()).c_str()} + ".allocate()";
+        python_resource py{py_self.attr("allocate"), py_self.attr("deallocate"), name};
         new (self) DeviceMemoryResource{};
-        self->device = current_device();
-        self->res    = device_resource{
-          python_resource{py_self.attr("allocate"), py_self.attr("deallocate")}};
+        self->device       = current_device();
+        self->callback_key = py.state_ptr();
+        self->calls_python = true;
+        self->res          = device_resource{std::move(py)};
       },
       "Initialise a Python subclass (which must implement allocate and deallocate).")
     .def(
       "allocate",
-      [](DeviceMemoryResource& self, nb::handle nbytes, nb::handle stream, std::size_t alignment) {
-        std::size_t const n   = parse_size(nbytes, "nbytes");
-        cuda::stream_ref const s = stream_arg(stream, "stream");
-        device_resource& res  = self.get();
-        gil_release release;
-        return reinterpret_cast<std::uintptr_t>(res.allocate(s, n, alignment));
+      [](nb::handle self, nb::handle nbytes, nb::handle stream, nb::handle alignment) {
+        return raw_allocate(self, nbytes, stream, alignment);
       },
       nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
+      nb::sig("def allocate(self, nbytes: int | str, stream: Stream = ..., *, "
+              "alignment: int = 256) -> int"),
       R"doc(Allocate ``nbytes`` bytes, ordered on ``stream``.
 
 Parameters
@@ -633,30 +237,30 @@ nbytes : int or str
 stream : Stream or object with ``__cuda_stream__``, optional
     The stream the allocation is ordered on.
 alignment : int, optional
-    Required alignment (a power of two), 256 by default.
+    Required alignment (a power of two up to ``2**40``), 256 by default. Any alignment is
+    honoured, whatever the resource (larger ones by allocating a larger block).
 
 Returns
 -------
 int
-    The device pointer. Free it with :meth:`deallocate` with the same size, stream
-    ordering and alignment.
+    The device pointer (0 for 0 bytes). Free it with :meth:`deallocate` with the same
+    size and alignment. nbrmm records the allocation (and keeps this resource alive)
+    until then.
 
 Raises
 ------
 MemoryError
-    If the resource cannot satisfy the request (``nbrmm.OutOfMemory`` when out of memory).)doc")
+    If the resource cannot satisfy the request (``nbrmm.OutOfMemory`` when out of memory).
+RuntimeError
+    If called from a Python callback of a resource this one depends on.)doc")
     .def(
       "deallocate",
-      [](DeviceMemoryResource& self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
-         std::size_t alignment) {
-        std::size_t const n   = parse_size(nbytes, "nbytes");
-        cuda::stream_ref const s = stream_arg(stream, "stream");
-        device_resource& res  = self.get();
-        gil_release release;
-        res.deallocate(s, reinterpret_cast<void*>(ptr), n, alignment);
-      },
+      [](nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
+         nb::handle alignment) { raw_deallocate(self, ptr, nbytes, stream, alignment); },
       nb::arg("ptr"), nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
+      nb::sig("def deallocate(self, ptr: int, nbytes: int | str, stream: Stream = ..., *, "
+              "alignment: int = 256) -> None"),
       R"doc(Free memory returned by :meth:`allocate`.
 
 Parameters
@@ -668,7 +272,14 @@ nbytes : int or str
 stream : Stream or object with ``__cuda_stream__``, optional
     The stream the deallocation is ordered on.
 alignment : int, optional
-    The alignment passed to :meth:`allocate`.)doc")
+    The alignment passed to :meth:`allocate`.
+
+Raises
+------
+ValueError
+    If ``ptr`` is not an outstanding allocation of this resource (never allocated,
+    already freed, or allocated by another resource), or ``nbytes`` or ``alignment``
+    differ from the allocation's.)doc")
     .def_prop_ro(
       "device", [](DeviceMemoryResource const& self) { return self.device; },
       "The CUDA device that was current when the resource was created (-1 without a GPU).")
@@ -681,13 +292,11 @@ alignment : int, optional
     .def(
       "__eq__",
       [](DeviceMemoryResource& self, nb::handle other) -> nb::object {
-        if (!PyType_IsSubtype(Py_TYPE(other.ptr()), resource_type)) {
-          return nb::borrow(Py_NotImplemented);
-        }
+        if (!is_resource(other)) { return nb::borrow(Py_NotImplemented); }
         auto& o = *nb::inst_ptr<DeviceMemoryResource>(other);
         if (&o == &self) { return nb::bool_(true); }
         if (!self.res.has_value() || !o.res.has_value()) { return nb::bool_(false); }
-        return nb::bool_(self.res == o.res);
+        return nb::bool_(unwrap(self.res) == unwrap(o.res));
       },
       nb::is_operator(), "Whether both objects use the same underlying resource.")
     .def("__hash__", &resource_identity)
@@ -741,6 +350,13 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
         "Free the deferred frees and free at once from now on (run at interpreter exit).");
   m.def("_forget_deferred_frees", &deferred_frees::forget,
         "Drop the deferred frees without performing them (run in a forked child).");
+  m.def("_begin_exit", &begin_exit,
+        "Stop other threads from taking the GIL inside nbrmm (run at interpreter exit).");
+  m.def(
+    "_abandon_thread_objects", []() { nb::set_leak_warnings(false); },
+    "Turn off nanobind's leak report: threads still running at exit keep their objects.");
+  m.def("_raw_outstanding", &raw_outstanding, nb::arg("mr"),
+        "The number of allocations made with ``mr.allocate`` and not yet deallocated.");
 }
 
 }  // namespace nbrmm

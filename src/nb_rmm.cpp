@@ -1,5 +1,5 @@
 // The nbrmm extension module: an ordered list of the bindings of each librmm header.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
 
 NB_MODULE(_nbrmm, m)
 {

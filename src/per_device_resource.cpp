@@ -3,7 +3,10 @@
 // librmm's per-device map is the only record. Python writes an owning entry that also
 // carries the Python object it was set from (python_owned_resource), so that reading the
 // map back returns that very object; entries written by C++ are wrapped on read.
-#include "nb_rmm.hpp"
+#include "bindings.hpp"
+#include "device.hpp"
+#include "gil.hpp"
+#include "resource.hpp"
 
 #include <rmm/mr/per_device_resource.hpp>
 
@@ -102,9 +105,9 @@ void set_resource(int device, nb::handle mr)
   replace_entry(device, r.from_cpp ? r.get() : device_resource{python_owned_resource{r.get(), mr}});
 }
 
-/// Removes every Python object from librmm's map (at interpreter exit): entries set from
-/// Python keep serving C++ through their C++ resource; Python-implemented resources are
-/// replaced by librmm's initial resource.
+/// Removes every Python object from librmm's map and from every C++ copy of a resource (at
+/// interpreter exit): entries set from Python keep serving C++ through their C++ resource;
+/// Python-implemented resources are replaced by librmm's initial resource.
 void release_python_objects()
 {
   std::vector<device_resource> dropped;
@@ -123,6 +126,9 @@ void release_python_objects()
   dropped.clear();
   for (auto& [device, ref] : wrapper_cache()) { Py_DECREF(ref); }
   wrapper_cache().clear();
+  // Whatever C++ still holds (adaptors and bins inside those resources, torch slots,
+  // other libraries' statics) lets go of its Python objects too.
+  py_owned::release_all();
 }
 
 }  // namespace

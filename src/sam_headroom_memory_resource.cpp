@@ -27,6 +27,7 @@ headroom : int or str
       "__init__",
       [](SamHeadroomMemoryResource* self, nb::handle headroom) {
         std::size_t const bytes = parse_size(headroom, "headroom");
+        require_gpu("SamHeadroomMemoryResource");
         int const device        = current_device();
         init_resource(self,
                       make_resource([&] { return rmm::mr::sam_headroom_memory_resource{bytes}; },

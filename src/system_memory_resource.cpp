@@ -11,7 +11,7 @@ struct SystemMemoryResource : DeviceMemoryResource {};
 
 void bind_system_memory_resource(nb::module_& m)
 {
-  bind_plain_resource<SystemMemoryResource, rmm::mr::system_memory_resource, true>(
+  bind_plain_resource<SystemMemoryResource, rmm::mr::system_memory_resource, true, true>(
     m, "SystemMemoryResource", R"doc(
 Memory resource that allocates ordinary host memory (``operator new``) for use by the GPU.
 

@@ -246,6 +246,20 @@ void bind_testing(nb::module_& m)
     "_testing", "Measurement helpers: librmm's own cost of work measured in C++ loops.");
 
   t.def(
+    "set_current_as_cpp",
+    [](nb::handle mr) {
+      // A plain copy breaks nbrmm's rule that copies of Python-made resources carry their
+      // objects: only for tests of wrappers, whose objects stay alive meanwhile.
+      device_resource plain = unwrap(resource_arg(mr, "mr").get());
+      device_resource old =
+        rmm::mr::set_per_device_resource(rmm::cuda_device_id{current_device()}, std::move(plain));
+      gil_release release;
+      old = device_resource{};
+    },
+    nb::arg("mr"),
+    R"doc(Write ``mr``'s C++ resource into librmm's map without its Python object, as C++
+code that made the resource would (for tests of the wrappers of C++-made resources).)doc");
+  t.def(
     "host_heap_resource",
     []() {
       return make_resource_object<DeviceMemoryResource>(device_resource{host_heap_resource{}}, -1,

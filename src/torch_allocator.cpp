@@ -158,14 +158,14 @@ int torch_bind(nb::handle mr)
                                " was created on device " + std::to_string(r.device))
                                 .c_str());
       }
-      binding.by_device.emplace_back(device, r.get());
+      binding.by_device.emplace_back(device, r.owned_copy(value));
     }
     if (binding.by_device.empty()) { throw nb::value_error("mr: the mapping is empty"); }
     std::sort(binding.by_device.begin(), binding.by_device.end(),
               [](auto const& a, auto const& b) { return a.first < b.first; });
   } else {
     DeviceMemoryResource& r = resource_arg(mr, "mr");
-    binding.by_device.emplace_back(r.device, r.get());
+    binding.by_device.emplace_back(r.device, r.owned_copy(mr));
   }
   return bind_slot(std::move(binding));
 }
@@ -185,6 +185,7 @@ std::size_t torch_outstanding()
 void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
 {
   if (size == 0) { return nullptr; }
+  check_request(size, default_alignment, "size");
   torch_state& st  = state();
   torch_binding* b = st.slots[slot].load(std::memory_order_acquire);
   if (b == nullptr) {

@@ -93,9 +93,12 @@ def test_statistics_adaptors_nest():
     ptr = outer.allocate(128)
     assert outer.allocation_counts.current_bytes == 128
     assert inner.allocation_counts.current_bytes == 128
-    inner.deallocate(ptr, 128)  # freeing below the outer adaptor bypasses its counters
+    with pytest.raises(ValueError, match="another resource"):
+        inner.deallocate(ptr, 128)  # a pointer goes back to the resource that allocated it
+    assert inner.allocation_counts.current_bytes == 128
+    outer.deallocate(ptr, 128)
     assert inner.allocation_counts.current_bytes == 0
-    assert outer.allocation_counts.current_bytes == 128
+    assert outer.allocation_counts.current_bytes == 0
 
 
 # --------------------------------------------------------------------------------------
@@ -548,8 +551,7 @@ def test_adaptor_wrapped_from_cpp_is_the_right_class(name, tmp_path):
     heap = HostHeap()
     up = heap.resource()
     mr = ADAPTORS[name](up, tmp_path)
-    nbrmm.mr.set_current_device_resource(mr)
-    nbrmm._nbrmm._release_python_objects()  # the map now holds only the C++ resource
+    nbrmm._nbrmm._testing.set_current_as_cpp(mr)  # the map holds only the C++ resource
     got = nbrmm.mr.get_current_device_resource()
     assert got is not mr and type(got) is type(mr)
     assert got == mr
@@ -564,8 +566,7 @@ def test_wrapped_adaptors_share_counters_and_names(tmp_path):
     heap = HostHeap()
     stats = nbrmm.mr.StatisticsResourceAdaptor(heap.resource())
     tracked = nbrmm.mr.TrackingResourceAdaptor(stats)
-    nbrmm.mr.set_current_device_resource(tracked)
-    nbrmm._nbrmm._release_python_objects()
+    nbrmm._nbrmm._testing.set_current_as_cpp(tracked)
     got = nbrmm.mr.get_current_device_resource()
     assert type(got.upstream_mr) is nbrmm.mr.StatisticsResourceAdaptor
     p = got.allocate(1000)
@@ -575,13 +576,11 @@ def test_wrapped_adaptors_share_counters_and_names(tmp_path):
     tracked.deallocate(p, 1000)
 
     logged = nbrmm.mr.LoggingResourceAdaptor(heap.resource(), tmp_path / "w.csv")
-    nbrmm.mr.set_current_device_resource(logged)
-    nbrmm._nbrmm._release_python_objects()
+    nbrmm._nbrmm._testing.set_current_as_cpp(logged)
     assert nbrmm.mr.get_current_device_resource().get_file_name() is None  # made by "C++"
 
     failing = nbrmm.mr.FailureCallbackResourceAdaptor(heap.resource(), bool)
-    nbrmm.mr.set_current_device_resource(failing)
-    nbrmm._nbrmm._release_python_objects()
+    nbrmm._nbrmm._testing.set_current_as_cpp(failing)
     assert nbrmm.mr.get_current_device_resource().callback is bool
 
 

@@ -13,12 +13,14 @@ PRELUDE = textwrap.dedent(
     import nbrmm, nbrmm.mr
     from nbrmm._testing import cpp_ext
     libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.aligned_alloc.restype = ctypes.c_void_p
+    libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
+    def host_alloc(n):
+        return libc.aligned_alloc(256, (max(n, 1) + 255) // 256 * 256)
     def host_resource():
         return nbrmm.mr.CallbackMemoryResource(
-            lambda n, s: libc.malloc(max(n, 1)), lambda p, n, s: libc.free(p))
+            lambda n, s: host_alloc(n), lambda p, n, s: libc.free(p))
     ON_GPU = nbrmm.get_device_count() > 0
     """
 )
@@ -35,7 +37,7 @@ SCENARIOS = {
     "python_subclass_is_current": """
         class R(nbrmm.mr.DeviceMemoryResource):
             def allocate(self, n, stream=None):
-                return libc.malloc(max(n, 1))
+                return host_alloc(n)
             def deallocate(self, p, n, stream=None):
                 libc.free(p)
         nbrmm.mr.set_current_device_resource(R())
@@ -54,7 +56,7 @@ SCENARIOS = {
         class Holder: pass
         h = Holder()
         h.mr = nbrmm.mr.CallbackMemoryResource(
-            lambda n, s, h=h: libc.malloc(max(n, 1)), lambda p, n, s: libc.free(p))
+            lambda n, s, h=h: host_alloc(n), lambda p, n, s: libc.free(p))
         h.buf = nbrmm.Buffer(5, mr=h.mr)
     """,
     "buffer_freed_from_another_thread": """

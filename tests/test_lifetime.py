@@ -18,11 +18,6 @@ def collect():
         gc.collect()
 
 
-def release_python_objects():
-    """Leave only C++ resources in librmm's map (what happens at interpreter exit)."""
-    nbrmm._nbrmm._release_python_objects()
-
-
 class HostSubclass(nbrmm.mr.DeviceMemoryResource):
     """A resource written in Python, over host memory."""
 
@@ -98,25 +93,26 @@ def test_buffer_outlives_every_python_reference_to_its_resources():
 # --------------------------------------------------------------------------------------
 
 
-def test_cpp_keeps_the_upstream_without_any_python_object():
+def test_cpp_keeps_the_upstream_and_its_python_object_alive():
     heap = HostHeap()
     heap_ref = weakref.ref(heap)
     up = heap.resource()
     stats = nbrmm.mr.StatisticsResourceAdaptor(up)
     obj_refs = [weakref.ref(up), weakref.ref(stats)]
     nbrmm.mr.set_current_device_resource(stats)
-    release_python_objects()
     del heap, up, stats
     collect()
-    assert all(r() is None for r in obj_refs)  # no Python object is left
-    assert heap_ref() is not None  # C++ still owns the callables, bound to the heap
-    buf = nbrmm.Buffer(32)  # the current resource: the C++ adaptor over the C++ upstream
+    # Every C++ copy of a resource made in Python carries its Python object.
+    assert all(r() is not None for r in obj_refs)
+    buf = nbrmm.Buffer(32)  # the current resource: the adaptor over its upstream
     assert heap_ref().bytes_in_use == 32
-    assert nbrmm.mr.get_current_device_resource().allocation_counts.current_bytes == 32
+    assert nbrmm.mr.get_current_device_resource() is obj_refs[1]()
+    assert obj_refs[1]().allocation_counts.current_bytes == 32
     del buf
     nbrmm.mr.reset_per_device_resource(DEV)
     collect()
     assert heap_ref() is None
+    assert all(r() is None for r in obj_refs)
 
 
 def test_binning_owns_its_bins_in_cpp():
@@ -130,18 +126,18 @@ def test_binning_owns_its_bins_in_cpp():
     collect()
     assert bin_ref() is not None  # the Python bin object is kept by the binning resource
     nbrmm.mr.set_current_device_resource(mr)
-    release_python_objects()
+    mr_ref = weakref.ref(mr)
     del mr
     collect()
-    assert bin_ref() is None  # no Python object left ...
-    assert bin_heap_ref() is not None  # ... but C++ owns the bin resource
+    assert mr_ref() is not None and bin_ref() is not None  # kept by librmm's map
     got = nbrmm.mr.get_current_device_resource()
-    assert [type(b) for b in got.bin_mrs] == [nbrmm.mr.CallbackMemoryResource]
-    buf = nbrmm.Buffer(700)  # routed to the bin through the C++-only resource
+    assert got.bin_mrs == [bin_ref()]
+    buf = nbrmm.Buffer(700)  # routed to the bin
     assert bin_heap_ref().bytes_in_use == 700
     del buf, got
     nbrmm.mr.reset_per_device_resource(DEV)
     collect()
+    assert mr_ref() is None and bin_ref() is None
     assert bin_heap_ref() is None
     assert heap.bytes_in_use == 0
 
@@ -161,7 +157,6 @@ def test_failure_callback_outlives_python_while_cpp_holds_it():
     spill_ref = weakref.ref(spill)
     mr = nbrmm.mr.FailureCallbackResourceAdaptor(limit, spill)
     nbrmm.mr.set_current_device_resource(mr)
-    release_python_objects()
     del mr, spill, limit
     collect()
     assert spill_ref() is not None
@@ -202,7 +197,6 @@ def test_python_subclass_kept_by_cpp_only():
     heap = sub.heap
     sub_ref = weakref.ref(sub)
     nbrmm.mr.set_current_device_resource(nbrmm.mr.TrackingResourceAdaptor(sub))
-    release_python_objects()
     del sub
     collect()
     assert sub_ref() is not None  # its bound methods are owned by the C++ adaptor
@@ -260,7 +254,6 @@ def test_shared_failure_callback_is_not_collected_while_cpp_uses_it():
     mr = nbrmm.mr.FailureCallbackResourceAdaptor(HostHeap().resource(), spill)
     holder["mr"] = mr
     nbrmm.mr.set_current_device_resource(nbrmm.mr.StatisticsResourceAdaptor(mr))
-    release_python_objects()
     ref = weakref.ref(spill)
     del mr, spill, holder
     collect()

@@ -35,6 +35,9 @@ def test_exception_hierarchy():
     assert issubclass(nbrmm.BadAlloc, MemoryError)
     assert issubclass(nbrmm.OutOfMemory, nbrmm.BadAlloc)
     assert issubclass(nbrmm.LogicError, RuntimeError)
+    # No usable driver or GPU: a CUDA error, and a failed allocation as in rmm.
+    assert issubclass(nbrmm.CudaUnavailableError, nbrmm.CudaError)
+    assert issubclass(nbrmm.CudaUnavailableError, nbrmm.BadAlloc)
 
 
 def test_device_queries_do_not_raise():
@@ -59,7 +62,7 @@ def test_cuda_calls_raise_cleanly_without_gpu():
             nbrmm.Stream()
         with pytest.raises(nbrmm.CudaError):
             nbrmm.available_device_memory()
-        with pytest.raises(MemoryError):
+        with pytest.raises(nbrmm.CudaUnavailableError, match="no usable CUDA driver or GPU"):
             nbrmm.mr.CudaMemoryResource().allocate(256)
     with pytest.raises(ValueError, match="does not exist"):
         nbrmm.set_current_device(count)

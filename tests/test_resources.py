@@ -187,8 +187,8 @@ def test_fixed_size_preallocates_blocks_and_serves_one_per_request():
     assert upstream_calls(heap) == [("allocate", 4096), ("allocate", 4096)]
     with pytest.raises(nbrmm.OutOfMemory):
         mr.allocate(1025)
-    for p in ptrs:
-        mr.deallocate(p, 1000)
+    for p, n in zip(ptrs, (1, 500, 1000, 1024)):
+        mr.deallocate(p, n)
     mr.deallocate(extra, 10)
     del mr
     gc.collect()

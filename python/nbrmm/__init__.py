@@ -22,6 +22,7 @@ from nbrmm._nbrmm import (  # noqa: E402
     CudaError,
     CudaStreamFlags,
     CudaStreamPool,
+    CudaUnavailableError,
     DeviceBuffer,
     LogicError,
     OutOfMemory,
@@ -71,12 +72,26 @@ def get_include():
     return os.path.join(os.path.dirname(_nbrmm.__file__), "include")
 
 
-# Python objects held in librmm's per-device map are released before the interpreter
-# shuts down; C++ keeps using the resources themselves.
-_atexit.register(_nbrmm._release_python_objects)
-# Frees that wait for nbrmm's next GIL release are done before the interpreter shuts
-# down; later frees happen at once.
-_atexit.register(_nbrmm._stop_deferring_frees)
+
+
+def _at_exit():
+    # Other threads stop entering Python from inside nbrmm (they park where they would
+    # take the GIL back), so none is unwound by the interpreter's shutdown mid-call.
+    _nbrmm._begin_exit()
+    # Threads still running now (daemon threads) are never resumed: the objects they hold
+    # stay with them, which nanobind's leak report would list as leaks.
+    import threading
+
+    if any(t.is_alive() and t is not threading.current_thread() for t in threading.enumerate()):
+        _nbrmm._abandon_thread_objects()
+    # Frees that wait for nbrmm's next GIL release are done now; later frees happen at once.
+    _nbrmm._stop_deferring_frees()
+    # Python objects held in librmm's per-device map are released before the interpreter
+    # shuts down; C++ keeps using the resources themselves.
+    _nbrmm._release_python_objects()
+
+
+_atexit.register(_at_exit)
 # A forked child must not free the parent's blocks (nor touch its CUDA context).
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
@@ -87,6 +102,7 @@ __all__ = [
     "CudaError",
     "CudaStreamFlags",
     "CudaStreamPool",
+    "CudaUnavailableError",
     "DEFAULT_STREAM",
     "DeviceBuffer",
     "LEGACY_DEFAULT_STREAM",

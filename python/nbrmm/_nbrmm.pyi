@@ -10,7 +10,9 @@ import nbrmm.statistics
 
 
 class CudaError(RuntimeError):
-    """A CUDA runtime call made by librmm failed (e.g. no GPU or driver)."""
+    """
+    A CUDA runtime call failed, or there is no usable CUDA driver or GPU for what was asked.
+    """
 
 class LogicError(RuntimeError):
     """A librmm precondition failed."""
@@ -20,6 +22,11 @@ class BadAlloc(MemoryError):
 
 class OutOfMemory(BadAlloc):
     """A memory resource ran out of memory."""
+
+class CudaUnavailableError(CudaError, BadAlloc):
+    """
+    There is no usable CUDA driver or GPU for what was asked (a CudaError and a BadAlloc).
+    """
 
 def get_device_count() -> int:
     """
@@ -197,6 +204,8 @@ class DeviceMemoryResource:
     Subclass it in Python and implement ``allocate(nbytes, stream)`` and
     ``deallocate(ptr, nbytes, stream)`` to write a resource in Python; such a resource can
     be the upstream of any adaptor, a buffer's ``mr`` and the current device resource.
+    ``allocate`` must return a pointer aligned to 256 bytes (as every librmm resource does),
+    and raise ``MemoryError`` when it cannot allocate.
     """
 
     def __init__(self) -> None:
@@ -204,7 +213,7 @@ class DeviceMemoryResource:
         Initialise a Python subclass (which must implement allocate and deallocate).
         """
 
-    def allocate(self, nbytes: object, stream: object = ..., *, alignment: int = 256) -> int:
+    def allocate(self, nbytes: int | str, stream: Stream = ..., *, alignment: int = 256) -> int:
         """
         Allocate ``nbytes`` bytes, ordered on ``stream``.
 
@@ -215,21 +224,25 @@ class DeviceMemoryResource:
         stream : Stream or object with ``__cuda_stream__``, optional
             The stream the allocation is ordered on.
         alignment : int, optional
-            Required alignment (a power of two), 256 by default.
+            Required alignment (a power of two up to ``2**40``), 256 by default. Any alignment is
+            honoured, whatever the resource (larger ones by allocating a larger block).
 
         Returns
         -------
         int
-            The device pointer. Free it with :meth:`deallocate` with the same size, stream
-            ordering and alignment.
+            The device pointer (0 for 0 bytes). Free it with :meth:`deallocate` with the same
+            size and alignment. nbrmm records the allocation (and keeps this resource alive)
+            until then.
 
         Raises
         ------
         MemoryError
             If the resource cannot satisfy the request (``nbrmm.OutOfMemory`` when out of memory).
+        RuntimeError
+            If called from a Python callback of a resource this one depends on.
         """
 
-    def deallocate(self, ptr: int, nbytes: object, stream: object = ..., *, alignment: int = 256) -> None:
+    def deallocate(self, ptr: int, nbytes: int | str, stream: Stream = ..., *, alignment: int = 256) -> None:
         """
         Free memory returned by :meth:`allocate`.
 
@@ -243,6 +256,13 @@ class DeviceMemoryResource:
             The stream the deallocation is ordered on.
         alignment : int, optional
             The alignment passed to :meth:`allocate`.
+
+        Raises
+        ------
+        ValueError
+            If ``ptr`` is not an outstanding allocation of this resource (never allocated,
+            already freed, or allocated by another resource), or ``nbytes`` or ``alignment``
+            differ from the allocation's.
         """
 
     @property
@@ -728,11 +748,12 @@ class FailureCallbackResourceAdaptor(UpstreamResourceAdaptor):
     """
     Adaptor that calls ``callback(nbytes)`` when the upstream runs out of memory.
 
-    When the upstream raises ``nbrmm.OutOfMemory`` for a request of ``nbytes`` bytes, the
-    adaptor calls ``callback(nbytes)`` (with the GIL). If it returns True, the allocation
-    is tried again (and the callback called again if it fails again); if it returns False,
-    the ``OutOfMemory`` error reaches the caller. An exception raised by the callback
-    reaches the caller instead. Other errors of the upstream are not retried.
+    When the upstream runs out of memory for a request of ``nbytes`` bytes (it raises
+    ``nbrmm.OutOfMemory``, or a Python upstream raises ``MemoryError``), the adaptor calls
+    ``callback(nbytes)`` (with the GIL). If it returns True, the allocation is tried again
+    (and the callback called again if it fails again); if it returns False, the
+    out-of-memory error reaches the caller. An exception raised by the callback reaches the
+    caller instead. Other errors of the upstream are not retried.
 
     Parameters
     ----------
@@ -891,16 +912,28 @@ class Buffer:
     stream : Stream or object with ``__cuda_stream__``, optional
         The stream the allocation (and later the deallocation) is ordered on.
     alignment : int, optional
-        Required alignment (a power of two), 256 by default.
+        Required alignment: a power of two up to ``2**40``, 256 by default. Honoured whatever
+        the resource (larger alignments by allocating a larger block).
+
+    Raises
+    ------
+    MemoryError
+        If the resource cannot allocate (``nbrmm.OutOfMemory`` when it is out of memory, or
+        ``nbrmm.BadAlloc`` for a size no resource can serve).
+    TypeError, ValueError
+        For an argument of the wrong type or value (the message names it).
 
     Notes
     -----
     The buffer keeps ``mr`` and ``stream`` alive; its C++ part also owns a copy of the
     resource. Copies on the default stream synchronize; on any other stream they are
     asynchronous (synchronize the stream before reading the destination).
+
+    While a memoryview, NumPy array or DLPack tensor of the buffer is alive, :meth:`close`
+    and a resize that would move the memory raise ``BufferError`` (as for ``bytearray``).
     """
 
-    def __init__(self, nbytes: object = 0, *, mr: object | None = None, stream: object = ..., alignment: int = 256) -> None: ...
+    def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = None, stream: Stream = ..., alignment: int = 256) -> None: ...
 
     @property
     def ptr(self) -> int:
@@ -914,7 +947,8 @@ class Buffer:
     def nbytes(self) -> int:
         """Size in bytes."""
 
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """Size in bytes (as ``size``)."""
 
     def __sizeof__(self) -> int: ...
 
@@ -935,7 +969,9 @@ class Buffer:
 
     @property
     def alignment(self) -> int:
-        """The alignment the memory was allocated with."""
+        """
+        The alignment the memory was allocated with (the pointer is a multiple of it).
+        """
 
     @property
     def closed(self) -> bool:
@@ -944,15 +980,32 @@ class Buffer:
     def reserve(self, new_capacity: object, stream: object = ...) -> None:
         """
         Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
+
+        Raises
+        ------
+        BufferError
+            If the memory would move while it is exported or in use by another thread.
         """
 
     def resize(self, new_size: object, stream: object = ...) -> None:
         """
         Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
+
+        Raises
+        ------
+        BufferError
+            If the memory would move while it is exported or in use by another thread.
         """
 
     def shrink_to_fit(self, stream: object = ...) -> None:
-        """Release unused capacity."""
+        """
+        Release unused capacity.
+
+        Raises
+        ------
+        BufferError
+            If the memory would move while it is exported or in use by another thread.
+        """
 
     def copy(self, mr: object | None = None, stream: object | None = None) -> object:
         """
@@ -966,9 +1019,11 @@ class Buffer:
             The stream of the copy; the buffer's own stream by default.
         """
 
-    def __copy__(self) -> object: ...
+    def __copy__(self) -> object:
+        """A copy on the buffer's own resource and stream (as :meth:`copy`)."""
 
-    def __deepcopy__(self, memo: object) -> object: ...
+    def __deepcopy__(self, memo: object) -> object:
+        """A copy on the buffer's own resource and stream (as :meth:`copy`)."""
 
     def copy_to_host(self, ary: object | None = None, stream: object = ...) -> object:
         """
@@ -999,7 +1054,8 @@ class Buffer:
     def tobytes(self, stream: object = ...) -> bytes:
         """The contents as ``bytes`` (always synchronizes)."""
 
-    def __bytes__(self) -> bytes: ...
+    def __bytes__(self) -> bytes:
+        """The contents as ``bytes`` (as :meth:`tobytes`)."""
 
     @staticmethod
     def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:
@@ -1013,11 +1069,23 @@ class Buffer:
         """
 
     def close(self) -> None:
-        """Free the memory now; any later use of the buffer raises ValueError."""
+        """
+        Free the memory now; any later use of the buffer raises ValueError.
 
-    def __enter__(self) -> object: ...
+        Closing a closed buffer does nothing.
 
-    def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None: ...
+        Raises
+        ------
+        BufferError
+            While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
+            alive) or in use by another thread.
+        """
+
+    def __enter__(self) -> object:
+        """The buffer itself; leaving the ``with`` block closes it."""
+
+    def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None:
+        """Close the buffer (see :meth:`close`)."""
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -1027,7 +1095,7 @@ class Buffer:
 
     def __dlpack__(self, *, stream: object | None = None, **kwargs) -> object:
         """
-        DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the buffer's stream. The capsule keeps the buffer alive.
+        DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the buffer's stream. The tensor keeps the buffer alive and counts as an export.
         """
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -1052,7 +1120,7 @@ class DeviceBuffer(Buffer):
         The resource to allocate from; the current device resource by default.
     """
 
-    def __init__(self, *, ptr: int = 0, size: object = 0, stream: object = ..., mr: object | None = None) -> None: ...
+    def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., mr: DeviceMemoryResource | None = None) -> None: ...
 
     @staticmethod
     def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:

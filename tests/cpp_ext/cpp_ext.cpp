@@ -12,6 +12,7 @@
 #include <rmm/mr/pool_memory_resource.hpp>
 #include <rmm/mr/statistics_resource_adaptor.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
@@ -19,8 +20,12 @@ namespace nb = nanobind;
 
 namespace {
 
-// Host memory from malloc: lets the C++ side allocate on machines without a GPU.
-void* host_allocate(std::size_t bytes, cuda::stream_ref, void*) { return std::malloc(bytes ? bytes : 1); }
+// Host memory, 256-byte aligned as librmm's resources are: lets the C++ side allocate on
+// machines without a GPU.
+void* host_allocate(std::size_t bytes, cuda::stream_ref, void*)
+{
+  return std::aligned_alloc(256, (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256);
+}
 void host_deallocate(void* ptr, std::size_t, cuda::stream_ref, void*) { std::free(ptr); }
 
 /// The statistics adaptor this extension owns (set as current by set_current_owned()).

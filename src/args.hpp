@@ -1,0 +1,42 @@
+// Arguments: sizes, alignments and flags given from Python, checked before librmm sees them.
+#pragma once
+
+#include "common.hpp"
+
+#include <cstdint>
+#include <optional>
+
+namespace nbrmm {
+
+/// The largest request nbrmm passes to a resource: the largest object size C++ allows.
+/// Larger requests cannot be served by any resource, and would wrap around when librmm
+/// rounds them up to its alignment.
+inline constexpr std::size_t max_request = static_cast<std::size_t>(PTRDIFF_MAX);
+
+/// The largest alignment nbrmm honours (an allocation with a larger one would waste
+/// more than a terabyte).
+inline constexpr std::size_t max_alignment = std::size_t{1} << 40;
+
+/// Parses a size argument: a non-negative int or a string such as "1GiB". Raises
+/// TypeError/ValueError naming `param`.
+std::size_t parse_size(nb::handle obj, char const* param);
+
+/// Parses an optional size argument (None stays empty).
+std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param);
+
+/// Raises nbrmm.BadAlloc (a MemoryError) naming `param` when no resource can serve a
+/// request of `bytes` bytes with `alignment`.
+void check_request(std::size_t bytes, std::size_t alignment, char const* param);
+
+/// Parses the size of an allocation (parse_size, then check_request with `alignment`).
+std::size_t request_size(nb::handle obj, char const* param,
+                         std::size_t alignment = default_alignment);
+
+/// Parses an alignment: a power of two from 1 to max_alignment, given as an int. Raises
+/// TypeError/ValueError naming `param`.
+std::size_t alignment_arg(nb::handle obj, char const* param = "alignment");
+
+/// Raises TypeError naming `param` unless `obj` is a real bool (no silent truthiness).
+bool bool_arg(nb::handle obj, char const* param);
+
+}  // namespace nbrmm

@@ -1,0 +1,164 @@
+// The GIL at interpreter exit (see gil.hpp).
+#include "gil.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <pythread.h>
+
+namespace nbrmm {
+namespace {
+
+std::atomic<bool> exit_begun{false};
+std::atomic<unsigned long> exit_thread{0};
+/// Threads between deciding to take the GIL and having it.
+std::atomic<int> reacquiring{0};
+
+bool finalizing() noexcept
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+/// Whether this thread must not take the GIL any more.
+bool locked_out() noexcept
+{
+  return exit_begun.load() && PyThread_get_thread_ident() != exit_thread.load();
+}
+
+[[noreturn]] void park() noexcept
+{
+  for (;;) { std::this_thread::sleep_for(std::chrono::hours{1}); }
+}
+
+}  // namespace
+
+void restore_gil(PyThreadState* state) noexcept
+{
+  reacquiring.fetch_add(1);
+  if (locked_out()) {
+    reacquiring.fetch_sub(1);
+    park();
+  }
+  PyEval_RestoreThread(state);
+  reacquiring.fetch_sub(1);
+}
+
+bool exiting() noexcept { return exit_begun.load() || finalizing(); }
+
+void begin_exit() noexcept
+{
+  exit_thread.store(PyThread_get_thread_ident());
+  exit_begun.store(true);
+  // Threads that decided to take the GIL before now get it, run on, and park the next time
+  // they would take it from inside nbrmm. Give them the GIL until none is left (bounded:
+  // exit must not hang on a thread that never comes).
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
+  while (reacquiring.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    Py_BEGIN_ALLOW_THREADS std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    Py_END_ALLOW_THREADS
+  }
+}
+
+gil_acquire::gil_acquire() noexcept
+{
+  if (holds_gil()) {
+    ok_ = true;
+    return;
+  }
+  reacquiring.fetch_add(1);
+  if (locked_out() || finalizing() || !nb::is_alive()) {
+    reacquiring.fetch_sub(1);
+    return;
+  }
+  state_ = PyGILState_Ensure();
+  reacquiring.fetch_sub(1);
+  ok_    = true;
+  taken_ = true;
+}
+
+gil_acquire::~gil_acquire()
+{
+  if (taken_) { PyGILState_Release(state_); }
+}
+
+}  // namespace nbrmm
+
+// ------------------------------------------------------------------------------------
+// py_owned (py_owned.hpp)
+// ------------------------------------------------------------------------------------
+
+#include "py_owned.hpp"
+
+#include <mutex>
+#include <vector>
+
+namespace nbrmm {
+namespace {
+
+std::mutex& owned_mutex() noexcept
+{
+  static auto* m = new std::mutex;  // never destroyed: references may be dropped at exit
+  return *m;
+}
+
+py_owned* owned_head = nullptr;
+
+}  // namespace
+
+py_owned::py_owned(nb::handle h) noexcept : ptr_{h.ptr()}
+{
+  if (ptr_ == nullptr) { return; }
+  Py_INCREF(ptr_);
+  std::lock_guard lock{owned_mutex()};
+  next_ = owned_head;
+  if (owned_head != nullptr) { owned_head->prev_ = this; }
+  owned_head = this;
+}
+
+void py_owned::reset() noexcept
+{
+  PyObject* p = nullptr;
+  {
+    std::lock_guard lock{owned_mutex()};
+    p    = ptr_;
+    ptr_ = nullptr;
+    if (p == nullptr) { return; }
+    (prev_ != nullptr ? prev_->next_ : owned_head) = next_;
+    if (next_ != nullptr) { next_->prev_ = prev_; }
+    prev_ = next_ = nullptr;
+  }
+  if (holds_gil()) {
+    Py_DECREF(p);
+    return;
+  }
+  gil_acquire gil;
+  if (gil.ok()) { Py_DECREF(p); }
+}
+
+void py_owned::release_all() noexcept
+{
+  std::vector<PyObject*> released;
+  {
+    std::lock_guard lock{owned_mutex()};
+    for (py_owned* o = owned_head; o != nullptr;) {
+      py_owned* next = std::exchange(o->next_, nullptr);
+      try {
+        released.push_back(o->ptr_);
+      } catch (...) {
+        // Without memory to list it the reference is leaked (the object stays alive).
+      }
+      o->ptr_  = nullptr;
+      o->prev_ = nullptr;
+      o        = next;
+    }
+    owned_head = nullptr;
+  }
+  for (PyObject* p : released) { Py_DECREF(p); }
+}
+
+}  // namespace nbrmm

@@ -1,0 +1,84 @@
+// The GIL: whether this thread holds it, releasing it around calls into librmm and CUDA,
+// taking it for calls from C++ into Python, and interpreter exit.
+//
+// Exit with threads still running. CPython ends a thread that asks for the GIL once the
+// interpreter is finalizing by unwinding its stack (pthread_exit), which aborts the process
+// when the unwinding meets a C++ `noexcept` frame or a `catch (...)`. nbrmm's code is full
+// of both, so no thread may ask for the GIL from inside nbrmm once finalization can begin:
+// at exit (begin_exit(), run by nbrmm's atexit hook while the GIL is held) nbrmm waits
+// until no thread is between deciding to take the GIL and having it; from then on every
+// thread except the exiting one parks for good where it would take the GIL back after a
+// librmm call (the process ends around it), and a call from C++ into Python made on such a
+// thread does without Python (gil_acquire::ok() is false).
+#pragma once
+
+#include "common.hpp"
+
+namespace nbrmm {
+
+/// Whether this thread holds the GIL (has an attached thread state).
+inline bool holds_gil() noexcept
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked() != nullptr;
+#elif PY_VERSION_HEX >= 0x030C0000
+  return _PyThreadState_UncheckedGet() != nullptr;
+#else
+  return PyGILState_Check() != 0;
+#endif
+}
+
+/// Takes the GIL back after PyEval_SaveThread. Once interpreter exit began, a thread other
+/// than the exiting one parks here for good instead.
+void restore_gil(PyThreadState* state) noexcept;
+
+/// Called from nbrmm's atexit hook (with the GIL): see the comment at the top.
+void begin_exit() noexcept;
+
+/// Whether interpreter exit began (begin_exit() ran or the interpreter is finalizing).
+bool exiting() noexcept;
+
+/// Takes the GIL for a call from C++ into Python on a thread that may not hold it (a
+/// callback that librmm or another library calls). ok() is false when Python may no
+/// longer be entered from this thread: the caller then does without Python.
+class gil_acquire {
+ public:
+  gil_acquire() noexcept;
+  gil_acquire(gil_acquire const&)            = delete;
+  gil_acquire& operator=(gil_acquire const&) = delete;
+  ~gil_acquire();
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  PyGILState_STATE state_{};
+  bool ok_{false};
+  bool taken_{false};
+};
+
+namespace deferred_frees {
+class entries;
+/// Releases the GIL, performing the queued frees first (see deferred_frees.hpp).
+PyThreadState* release_gil(entries** taken) noexcept;
+/// Returns storage taken by release_gil (call with the GIL held).
+void recycle(entries* taken) noexcept;
+}  // namespace deferred_frees
+
+/// nbrmm's scoped GIL release: like nb::gil_scoped_release, and it first performs the
+/// deferred frees. Use it around every call that may allocate, free, block or enter CUDA.
+class gil_release {
+ public:
+  gil_release() noexcept : state_{deferred_frees::release_gil(&taken_)} {}
+  gil_release(gil_release const&)            = delete;
+  gil_release& operator=(gil_release const&) = delete;
+  ~gil_release()
+  {
+    restore_gil(state_);
+    if (taken_ != nullptr) { deferred_frees::recycle(taken_); }
+  }
+
+ private:
+  deferred_frees::entries* taken_{nullptr};
+  PyThreadState* state_;
+};
+
+}  // namespace nbrmm

@@ -1,0 +1,36 @@
+// Python objects owned by C++.
+#pragma once
+
+#include "gil.hpp"
+
+namespace nbrmm {
+
+/// A strong reference to a Python object that C++ owns. It may be released on any thread
+/// (taking the GIL if needed); once Python can no longer be entered from that thread
+/// (interpreter exit) the reference is leaked instead.
+///
+/// Every live py_owned is listed, so that at interpreter exit C++ can let go of every
+/// Python object it still holds (release_all): whatever C++ keeps past that point (librmm's
+/// per-device map, other libraries' statics) holds no Python object, and a resource whose
+/// Python callables were let go raises MemoryError instead of calling them.
+class py_owned {
+ public:
+  py_owned() = default;
+  explicit py_owned(nb::handle h) noexcept;
+  py_owned(py_owned const&)            = delete;
+  py_owned& operator=(py_owned const&) = delete;
+  ~py_owned() { reset(); }
+
+  void reset() noexcept;
+  [[nodiscard]] nb::handle get() const noexcept { return ptr_; }
+
+  /// Releases every listed reference (call with the GIL held, at interpreter exit).
+  static void release_all() noexcept;
+
+ private:
+  PyObject* ptr_{nullptr};
+  py_owned* prev_{nullptr};
+  py_owned* next_{nullptr};
+};
+
+}  // namespace nbrmm
