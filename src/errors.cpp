@@ -116,7 +116,7 @@ void translate(std::exception_ptr const& p, void*)
     PyErr_SetString(unavailable_type, clean_message(e.what()).c_str());
   } catch (rmm::cuda_error const& e) {
     forget_memory_error();
-    PyErr_SetString(cuda_error_type, clean_message(e.what()).c_str());
+    set_rmm_error(cuda_error_type, e.what());
   } catch (rmm::logic_error const& e) {
     forget_memory_error();
     set_rmm_error(logic_error_type, e.what());

@@ -69,10 +69,6 @@ class python_out_of_memory : public rmm::out_of_memory {
 /// python_exception. Call from code that librmm calls into, instead of nb::python_error.
 [[noreturn]] void throw_python_error();
 
-/// Forgets the MemoryError a callback of an earlier call left for the translator (called
-/// with the GIL as each call into librmm starts).
-void forget_python_memory_error() noexcept;
-
 /// Sets the Python exception for the C++ exception being handled (call inside `catch`),
 /// exactly as an exception leaving a bound function is translated.
 void raise_current_exception() noexcept;

@@ -31,7 +31,7 @@ bool call_back(py_owned const& fn, std::size_t bytes)
   if (!gil.ok() || !fn.get().is_valid()) { return false; }  // exiting: no retry
   callback_scope scope{&fn};
   nb::error_scope pending;  // allocation may happen while an exception propagates
-  PyObject* result = PyObject_CallFunction(fn.get().ptr(), "n", static_cast<Py_ssize_t>(bytes));
+  PyObject* result = PyObject_CallFunction(fn.get().ptr(), "K", static_cast<unsigned long long>(bytes));
   if (result == nullptr) { throw_python_error(); }
   int const truth = PyObject_IsTrue(result);
   Py_DECREF(result);

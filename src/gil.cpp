@@ -14,6 +14,8 @@ std::atomic<bool> exit_begun{false};
 std::atomic<unsigned long> exit_thread{0};
 /// Threads between deciding to take the GIL and having it.
 std::atomic<int> reacquiring{0};
+/// Calls from C++ into Python in progress (gil_acquire scopes that took or hold the GIL).
+std::atomic<int> python_calls{0};
 
 bool finalizing() noexcept
 {
@@ -55,10 +57,13 @@ void begin_exit() noexcept
   exit_thread.store(PyThread_get_thread_ident());
   exit_begun.store(true);
   // Threads that decided to take the GIL before now get it, run on, and park the next time
-  // they would take it from inside nbrmm. Give them the GIL until none is left (bounded:
-  // exit must not hang on a thread that never comes).
+  // they would take it from inside nbrmm. Calls into Python that C++ made (callbacks of
+  // resources) finish too: Python code may release the GIL, and a thread that takes it back
+  // once the interpreter finalizes is unwound through the C++ frames below it. Give them
+  // the GIL until none is left (bounded: exit must not hang on a thread that never comes).
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-  while (reacquiring.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+  while ((reacquiring.load() > 0 || python_calls.load() > 0) &&
+         std::chrono::steady_clock::now() < deadline) {
     Py_BEGIN_ALLOW_THREADS std::this_thread::sleep_for(std::chrono::milliseconds{1});
     Py_END_ALLOW_THREADS
   }
@@ -67,6 +72,8 @@ void begin_exit() noexcept
 gil_acquire::gil_acquire() noexcept
 {
   if (holds_gil()) {
+    if (locked_out()) { return; }
+    python_calls.fetch_add(1);
     ok_ = true;
     return;
   }
@@ -75,6 +82,7 @@ gil_acquire::gil_acquire() noexcept
     reacquiring.fetch_sub(1);
     return;
   }
+  python_calls.fetch_add(1);
   state_ = PyGILState_Ensure();
   reacquiring.fetch_sub(1);
   ok_    = true;
@@ -83,7 +91,11 @@ gil_acquire::gil_acquire() noexcept
 
 gil_acquire::~gil_acquire()
 {
-  if (taken_) { PyGILState_Release(state_); }
+  if (!ok_) { return; }
+  // Without the GIL here, the interpreter is unwinding this thread at exit: its thread
+  // state is no longer this thread's to release.
+  if (taken_ && holds_gil()) { PyGILState_Release(state_); }
+  python_calls.fetch_sub(1);
 }
 
 }  // namespace nbrmm

@@ -14,6 +14,8 @@
 
 #include "common.hpp"
 
+#include <exception>
+
 namespace nbrmm {
 
 /// Whether this thread holds the GIL (has an attached thread state).
@@ -55,6 +57,10 @@ class gil_acquire {
   bool taken_{false};
 };
 
+/// Forgets the MemoryError that a callback of this call left for the translation of
+/// librmm's out-of-memory error (errors.hpp; called with the GIL once a call succeeded).
+void forget_python_memory_error() noexcept;
+
 namespace deferred_frees {
 class entries;
 /// Releases the GIL, performing the queued frees first (see deferred_frees.hpp).
@@ -74,6 +80,7 @@ class gil_release {
   {
     restore_gil(state_);
     if (taken_ != nullptr) { deferred_frees::recycle(taken_); }
+    if (std::uncaught_exceptions() == 0) { forget_python_memory_error(); }
   }
 
  private:

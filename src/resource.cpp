@@ -88,8 +88,8 @@ void* checked_pointer(python_resource::state const& st, nb::handle result, std::
   if (raw % default_alignment != 0) {
     // Give the memory back before refusing it.
     if (nb::handle dealloc = st.deallocate.get(); dealloc.is_valid()) {
-      nb::object r = nb::steal(PyObject_CallFunction(dealloc.ptr(), "KnO", raw,
-                                                     static_cast<Py_ssize_t>(bytes),
+      nb::object r = nb::steal(PyObject_CallFunction(dealloc.ptr(), "KKO", raw,
+                                                     static_cast<unsigned long long>(bytes),
                                                      stream_obj.ptr()));
       if (!r.is_valid()) { PyErr_WriteUnraisable(dealloc.ptr()); }
     }
@@ -114,8 +114,8 @@ void* python_resource::allocate(cuda::stream_ref stream, std::size_t bytes, std:
   callback_scope scope{state_.get()};
   nb::error_scope pending;  // an allocation may happen while an exception propagates
   nb::object stream_obj = stream_for_handle(stream.get());
-  PyObject* result = PyObject_CallFunction(state_->allocate.get().ptr(), "nO",
-                                           static_cast<Py_ssize_t>(bytes), stream_obj.ptr());
+  PyObject* result = PyObject_CallFunction(state_->allocate.get().ptr(), "KO",
+                                           static_cast<unsigned long long>(bytes), stream_obj.ptr());
   if (result == nullptr) { throw_python_error(); }
   return checked_pointer(*state_, nb::steal(result), bytes, stream, stream_obj);
 }
@@ -134,10 +134,10 @@ void python_resource::deallocate(cuda::stream_ref stream,
   nb::error_scope pending;
   try {
     nb::object stream_obj = stream_for_handle(stream.get());
-    PyObject* r = PyObject_CallFunction(state_->deallocate.get().ptr(), "KnO",
+    PyObject* r = PyObject_CallFunction(state_->deallocate.get().ptr(), "KKO",
                                         static_cast<unsigned long long>(
                                           reinterpret_cast<std::uintptr_t>(ptr)),
-                                        static_cast<Py_ssize_t>(bytes), stream_obj.ptr());
+                                        static_cast<unsigned long long>(bytes), stream_obj.ptr());
     if (r == nullptr) {
       PyErr_WriteUnraisable(state_->deallocate.get().ptr());
     } else {
