@@ -5,7 +5,9 @@
 // with its own copy), and keeps the Python resource object (`mr`) and stream object
 // alive. Every call that allocates passes its resource to C++ explicitly; `mr=None`
 // means the current device resource, read from librmm's per-device map at call time.
+#include "host_copy.hpp"
 #include "nb_rmm.hpp"
+#include "rmm_compat.hpp"
 
 #include <nanobind/ndarray.h>
 
@@ -208,52 +210,6 @@ PyTypeObject* buffer_type = nullptr;
 
 Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
 
-/// cudaMemcpyAsync on `s`, synchronizing when `s` is the default stream (as rmm does).
-void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
-{
-  if (n == 0) { return; }
-  gil_release release;
-  auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
-  if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
-  if (is_legacy_default(s.get())) {
-    status = cudaStreamSynchronize(s.get());
-    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
-  }
-}
-
-/// A contiguous Python buffer (host memory), released on scope exit.
-class host_view {
- public:
-  host_view(nb::handle obj, bool writable, char const* param)
-  {
-    int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
-      nb::python_error err;
-      err.restore();
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      nb::object msg = nb::steal(PyObject_Str(value != nullptr ? value : Py_None));
-      bool const wrong_type = PyErr_GivenExceptionMatches(type, PyExc_TypeError) != 0;
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-      std::string text = std::string{param} + ": expected a C-contiguous" +
-                         (writable ? " writable" : "") + " buffer (bytes-like or NumPy array): " +
-                         nb::str(msg).c_str();
-      if (wrong_type) { throw nb::type_error(text.c_str()); }
-      throw nb::value_error(text.c_str());
-    }
-  }
-  host_view(host_view const&)            = delete;
-  host_view& operator=(host_view const&) = delete;
-  ~host_view() { PyBuffer_Release(&view_); }
-  [[nodiscard]] void* data() const noexcept { return view_.buf; }
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
-
 /// Pointer and size of a contiguous device array given by __cuda_array_interface__.
 std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* param)
 {
@@ -262,7 +218,8 @@ std::pair<void const*, std::size_t> device_array(nb::handle obj, char const* par
     return {b.data(), b.size()};
   }
   if (!nb::hasattr(obj, "__cuda_array_interface__")) {
-    throw nb::type_error((std::string{param} +
+    // ValueError, as rmm raises for an object without the interface.
+    throw nb::value_error((std::string{param} +
                           ": expected an object with __cuda_array_interface__, got " +
                           nb::type_name(obj.type()).c_str())
                            .c_str());
@@ -671,7 +628,7 @@ asynchronous (synchronize the stream before reading the destination).)doc");
                    stream_object(stream, "stream"));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
-       nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment)
+       nb::arg("stream").none() = default_stream(), nb::arg("alignment") = default_alignment)
     .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
     .def_prop_ro(
       "size", [](Buffer& self) { return self.get().size(); }, "Size in bytes.")
@@ -702,7 +659,7 @@ asynchronous (synchronize the stream before reading the destination).)doc");
         std::size_t const n = parse_size(new_capacity, "new_capacity");
         on_buffer_stream(self, stream, [n](auto& b, auto s) { b.reserve(n, s); });
       },
-      nb::arg("new_capacity"), nb::arg("stream") = default_stream(),
+      nb::arg("new_capacity"), nb::arg("stream").none() = default_stream(),
       "Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.")
     .def(
       "resize",
@@ -710,14 +667,14 @@ asynchronous (synchronize the stream before reading the destination).)doc");
         std::size_t const n = parse_size(new_size, "new_size");
         on_buffer_stream(self, stream, [n](auto& b, auto s) { b.resize(n, s); });
       },
-      nb::arg("new_size"), nb::arg("stream") = default_stream(),
+      nb::arg("new_size"), nb::arg("stream").none() = default_stream(),
       "Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.")
     .def(
       "shrink_to_fit",
       [](Buffer& self, nb::handle stream) {
         on_buffer_stream(self, stream, [](auto& b, auto s) { b.shrink_to_fit(s); });
       },
-      nb::arg("stream") = default_stream(), "Release unused capacity.")
+      nb::arg("stream").none() = default_stream(), "Release unused capacity.")
     .def(
       "copy",
       [](nb::handle py_self, nb::handle mr, nb::handle stream) {
@@ -738,7 +695,7 @@ stream : Stream, optional
       [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
       nb::arg("memo"))
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
-         nb::arg("stream") = default_stream(),
+         nb::arg("stream").none() = default_stream(),
          R"doc(Copy the contents to host memory.
 
 Parameters
@@ -751,13 +708,13 @@ stream : Stream, optional
 Returns
 -------
 The destination.)doc")
-    .def("copy_from_host", &copy_from_host, nb::arg("ary"), nb::arg("stream") = default_stream(),
+    .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream(),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
-    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary"),
-         nb::arg("stream") = default_stream(),
+    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),
+         nb::arg("stream").none() = default_stream(),
          "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
          "bytes into the buffer.")
-    .def("tobytes", &to_bytes, nb::arg("stream") = default_stream(),
+    .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream(),
          "The contents as ``bytes`` (always synchronizes).")
     .def("__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); })
     .def_static(
@@ -765,7 +722,7 @@ The destination.)doc")
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::handle{reinterpret_cast<PyObject*>(buffer_type)}, b, stream, mr);
       },
-      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
       "A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: "
       "the current device resource).")
     .def(
@@ -860,7 +817,8 @@ mr : DeviceMemoryResource, optional
     The resource to allocate from; the current device resource by default.)doc")
     .def(
       "__init__",
-      [](DeviceBuffer* self, std::uintptr_t ptr, nb::handle size, nb::handle stream, nb::handle mr) {
+      [](DeviceBuffer* self, nb::handle ptr_arg, nb::handle size, nb::handle stream, nb::handle mr) {
+        auto const ptr      = static_cast<std::uintptr_t>(uint_arg(ptr_arg, "ptr"));
         std::size_t const n = parse_size(size, "size");
         construct(self, n, default_alignment, resource_or_current(mr, "mr"),
                   stream_object(stream, "stream"));
@@ -869,14 +827,14 @@ mr : DeviceMemoryResource, optional
                      nb::inst_ptr<Stream>(self->stream)->ref());
         }
       },
-      nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,
-      nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none())
+      nb::kw_only(), nb::arg("ptr").none() = 0, nb::arg("size") = 0,
+      nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none())
     .def_static(
       "to_device",
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
       },
-      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
       "A new DeviceBuffer holding a copy of the host buffer ``b``.");
 
   m.def(
@@ -884,7 +842,7 @@ mr : DeviceMemoryResource, optional
     [](nb::handle b, nb::handle stream, nb::handle mr) {
       return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
     },
-    nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+    nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
     "A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, "
     "default: the current device resource).");
 }
