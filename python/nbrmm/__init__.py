@@ -14,6 +14,7 @@ _librmm.load_library()
 
 from nbrmm import _nbrmm  # noqa: E402
 from nbrmm._nbrmm import (  # noqa: E402
+    ArgumentRangeError,
     DEFAULT_STREAM,
     LEGACY_DEFAULT_STREAM,
     PER_THREAD_DEFAULT_STREAM,
@@ -23,6 +24,7 @@ from nbrmm._nbrmm import (  # noqa: E402
     CudaStreamFlags,
     CudaStreamPool,
     DeviceBuffer,
+    InvalidArgumentError,
     LogicError,
     OutOfMemory,
     Stream,
@@ -53,7 +55,11 @@ from nbrmm._reinitialize import (  # noqa: E402
     reinitialize,
     unregister_reinitialize_hook,
 )
-from nbrmm._version import __version__  # noqa: E402
+from nbrmm._version import __git_commit__, __version__  # noqa: E402
+from nbrmm.rmm import RMMError  # noqa: E402
+
+# rmm's module layout: ``import rmm`` makes these submodules attributes of the package.
+from nbrmm import librmm, pylibrmm, rmm, statistics  # noqa: E402
 
 
 
@@ -82,6 +88,7 @@ if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
 
 __all__ = [
+    "ArgumentRangeError",
     "BadAlloc",
     "Buffer",
     "CudaError",
@@ -89,11 +96,14 @@ __all__ = [
     "CudaStreamPool",
     "DEFAULT_STREAM",
     "DeviceBuffer",
+    "InvalidArgumentError",
     "LEGACY_DEFAULT_STREAM",
     "LogicError",
     "OutOfMemory",
     "PER_THREAD_DEFAULT_STREAM",
+    "RMMError",
     "Stream",
+    "__git_commit__",
     "__version__",
     "available_device_memory",
     "disable_logging",
