@@ -3,6 +3,7 @@
 // nbrmm.pylibrmm.helper.parse_bytes and nbrmm.pylibrmm.utils.as_stream.
 #include "rmm_compat.hpp"
 
+#include <limits>
 #include <string>
 
 namespace nbrmm {
@@ -10,6 +11,7 @@ namespace {
 
 PyObject* range_error   = nullptr;  // nbrmm.ArgumentRangeError (owned by the module)
 PyObject* invalid_error = nullptr;  // nbrmm.InvalidArgumentError (owned by the module)
+PyObject* file_error    = nullptr;  // nbrmm.FileOpenError (owned by the module)
 
 /// A new exception class `nbrmm._nbrmm.<name>` deriving from `first` and `second`, set as
 /// `m.<name>`; returns it (borrowed from the module).
@@ -40,6 +42,8 @@ void throw_range_error(std::string const& message) { raise(range_error, message)
 
 void throw_invalid_argument(std::string const& message) { raise(invalid_error, message); }
 
+void throw_file_open_error(std::string const& message) { raise(file_error, message); }
+
 std::uint64_t uint_arg(nb::handle obj, char const* param)
 {
   if (PyLong_CheckExact(obj.ptr())) {
@@ -65,6 +69,25 @@ std::uint64_t uint_arg(nb::handle obj, char const* param)
                       " does not fit in 64 bits");
   }
   return static_cast<std::uint64_t>(v);
+}
+
+int int_arg(nb::handle obj, char const* param)
+{
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
+    throw nb::type_error(
+      (std::string{param} + ": expected an int, got " + nb::type_name(obj.type()).c_str())
+        .c_str());
+  }
+  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
+  if (!index.is_valid()) { throw nb::python_error(); }
+  int overflow      = 0;
+  long long const v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0 || v < std::numeric_limits<int>::min() ||
+      v > std::numeric_limits<int>::max()) {
+    throw_range_error(std::string{param} + ": " + nb::str(index).c_str() +
+                      " is out of range for a device id");
+  }
+  return static_cast<int>(v);
 }
 
 rmm::cuda_stream::flags stream_flags_arg(nb::handle obj, char const* param)
@@ -103,6 +126,11 @@ void bind_rmm_compat(nb::module_& m)
     "stream flags or devices, pointers CUDA does not know).\n\nA ``ValueError``, and a "
     "``RuntimeError`` as rmm raises for such arguments.",
     PyExc_ValueError, PyExc_RuntimeError);
+  file_error = add_exception(
+    m, "FileOpenError",
+    "A file could not be opened (a log file of ``LoggingResourceAdaptor``).\n\nAn "
+    "``OSError``, and a ``RuntimeError`` as rmm raises.",
+    PyExc_OSError, PyExc_RuntimeError);
 
   m.def(
     "_parse_size", [](nb::handle s, char const* param) { return parse_size(s, param); },

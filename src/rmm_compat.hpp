@@ -20,10 +20,18 @@ namespace nbrmm {
 /// librmm or CUDA would reject at run time (rmm raises RuntimeError for those).
 [[noreturn]] void throw_invalid_argument(std::string const& message);
 
+/// Raises nbrmm.FileOpenError (an OSError and a RuntimeError): a file librmm was asked to
+/// open could not be opened (rmm raises RuntimeError for that).
+[[noreturn]] void throw_file_open_error(std::string const& message);
+
 /// An unsigned 64-bit integer argument (a pointer, a count, an index): any int-like
 /// object except bool. Raises TypeError for other types and ArgumentRangeError for
 /// negative values or values of 2**64 and more; messages name `param`.
 std::uint64_t uint_arg(nb::handle obj, char const* param);
+
+/// A C `int` argument (a device id): any int-like object except bool. Raises TypeError
+/// for other types and ArgumentRangeError outside the range of `int`.
+int int_arg(nb::handle obj, char const* param);
 
 /// Stream creation flags: None (sync_default), a CudaStreamFlags member or its int
 /// value. Raises TypeError for other types and InvalidArgumentError for other ints.

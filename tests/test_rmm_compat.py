@@ -328,10 +328,17 @@ def test_difference_to_device_any_buffer():
     empty_2d = np.zeros((0, 4), dtype=np.int32)  # rmm: ValueError (not 1-D bytes)
     buf = device_buffer.to_device(empty_2d, mr=heap.resource())
     assert isinstance(buf, nbrmm.DeviceBuffer) and buf.size == 0
+    ints = np.zeros(0, dtype=np.int32)  # rmm: ValueError (dtype mismatch)
+    buf.copy_from_host(ints)
+    assert buf.copy_to_host(ints) is ints
+    device_buffer.copy_ptr_to_host(0, ints)
     if HAVE_GPU:
         grid = np.arange(12, dtype=np.int32).reshape(3, 4)
         up = device_buffer.to_device(grid)
         assert up.size == grid.nbytes and up.tobytes() == grid.tobytes()
+        back = np.empty_like(grid)
+        up.copy_to_host(back)
+        assert (back == grid).all()
 
 
 def test_difference_foreign_streams():
@@ -364,7 +371,20 @@ def test_difference_size_arguments():
     for bad in (1.5, True):  # rmm: allocates 1 byte
         with pytest.raises(TypeError, match="^nbytes:"):
             r.allocate(bad)
+    with pytest.raises(TypeError, match="^device:"):
+        mr.get_per_device_resource(0.5)  # rmm: device 0
     assert heap.bytes_in_use == 0
+
+
+def test_difference_bool_arguments():
+    r = HostHeap().resource()
+    with pytest.raises(TypeError, match="^capture_stacks:"):
+        mr.TrackingResourceAdaptor(r, capture_stacks=1)  # rmm: True
+    with pytest.raises(TypeError, match="^dump_log_on_failure:"):
+        mr.ArenaMemoryResource(r, 1 << 20, 1)
+    with pytest.raises(TypeError, match="^enable_ipc:"):
+        mr.CudaAsyncMemoryResource(enable_ipc=1)
+    assert mr.TrackingResourceAdaptor(r, capture_stacks=True).get_allocated_bytes() == 0
 
 
 def test_difference_exception_classes_and_messages():
@@ -379,6 +399,7 @@ def test_difference_exception_classes_and_messages():
     assert issubclass(nbrmm.ArgumentRangeError, (ValueError, OverflowError))
     assert issubclass(nbrmm.OutOfMemory, nbrmm.BadAlloc) and issubclass(nbrmm.BadAlloc, MemoryError)
     assert issubclass(nbrmm.CudaError, RuntimeError) and issubclass(nbrmm.LogicError, RuntimeError)
+    assert issubclass(nbrmm.FileOpenError, (OSError, RuntimeError))
     with pytest.raises(nbrmm.OutOfMemory):
         mr.LimitingResourceAdaptor(r, 100).allocate(200)
 
@@ -401,7 +422,7 @@ def test_difference_binning_exponents():
     assert heap.bytes_in_use == 0
 
 
-def test_difference_callables_checked_early():
+def test_difference_arguments_checked_early():
     r = HostHeap().resource()
     with pytest.raises(TypeError, match="^allocate_func:"):
         mr.CallbackMemoryResource(5, 6)
@@ -409,6 +430,14 @@ def test_difference_callables_checked_early():
         mr.FailureCallbackResourceAdaptor(r, 5)
     with pytest.raises(TypeError, match="^func:"):
         nbrmm.register_reinitialize_hook(5)
+    with pytest.raises(TypeError, match="^name:"):
+        nbrmm.statistics.profiler(name=5)
+    with pytest.raises(ValueError, match="^ordered_by:"):
+        nbrmm.statistics.ProfilerRecords().report(ordered_by="bogus")
+    with pytest.raises(TypeError, match="abstract"):
+        mr.DeviceMemoryResource()
+    with pytest.raises(TypeError):
+        mr.UpstreamResourceAdaptor(r)
 
 
 def test_difference_device_ids_checked():

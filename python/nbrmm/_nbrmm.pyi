@@ -38,6 +38,13 @@ class InvalidArgumentError(ValueError, RuntimeError):
     A ``ValueError``, and a ``RuntimeError`` as rmm raises for such arguments.
     """
 
+class FileOpenError(OSError, RuntimeError):
+    """
+    A file could not be opened (a log file of ``LoggingResourceAdaptor``).
+
+    An ``OSError``, and a ``RuntimeError`` as rmm raises.
+    """
+
 def get_device_count() -> int:
     """
     Number of CUDA devices visible to this process.
@@ -659,8 +666,8 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
     ------
     ValueError
         If no file name is given and ``RMM_LOG_FILE`` is not set.
-    OSError
-        If the file cannot be opened.
+    nbrmm.FileOpenError
+        If the file cannot be opened (an ``OSError``, and a ``RuntimeError`` as in rmm).
     """
 
     def __init__(self, upstream_mr: DeviceMemoryResource, log_file_name: str | os.PathLike[str] | None = None) -> None: ...
@@ -836,7 +843,7 @@ class ThreadSafeResourceAdaptor(UpstreamResourceAdaptor):
 
     def __init__(self, upstream_mr: DeviceMemoryResource) -> None: ...
 
-def get_per_device_resource(device: int) -> object:
+def get_per_device_resource(device: int) -> DeviceMemoryResource:
     """
     The resource of ``device`` in librmm's per-device map.
 
@@ -855,7 +862,7 @@ def get_per_device_resource(device: int) -> object:
         If the device does not exist.
     """
 
-def set_per_device_resource(device: int, mr: object) -> None:
+def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None:
     """
     Set the resource of ``device`` in librmm's per-device map.
 
