@@ -44,13 +44,11 @@ void throw_invalid_argument(std::string const& message) { raise(invalid_error, m
 
 void throw_file_open_error(std::string const& message) { raise(file_error, message); }
 
-std::uint64_t uint_arg(nb::handle obj, char const* param)
+namespace {
+
+/// `obj` as a Python int: any int-like object except bool (TypeError naming `param`).
+nb::object int_object(nb::handle obj, char const* param)
 {
-  if (PyLong_CheckExact(obj.ptr())) {
-    int overflow      = 0;
-    long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-    if (overflow == 0 && v >= 0) { return static_cast<std::uint64_t>(v); }
-  }
   if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
     throw nb::type_error(
       (std::string{param} + ": expected an int, got " + nb::type_name(obj.type()).c_str())
@@ -58,6 +56,19 @@ std::uint64_t uint_arg(nb::handle obj, char const* param)
   }
   nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
   if (!index.is_valid()) { throw nb::python_error(); }
+  return index;
+}
+
+}  // namespace
+
+std::uint64_t uint_arg(nb::handle obj, char const* param)
+{
+  if (PyLong_CheckExact(obj.ptr())) {
+    int overflow      = 0;
+    long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow == 0 && v >= 0) { return static_cast<std::uint64_t>(v); }
+  }
+  nb::object const index = int_object(obj, param);
   if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) {
     throw_range_error(std::string{param} + ": must be non-negative, got " +
                       nb::str(index).c_str());
@@ -73,15 +84,9 @@ std::uint64_t uint_arg(nb::handle obj, char const* param)
 
 int int_arg(nb::handle obj, char const* param)
 {
-  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
-    throw nb::type_error(
-      (std::string{param} + ": expected an int, got " + nb::type_name(obj.type()).c_str())
-        .c_str());
-  }
-  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
-  if (!index.is_valid()) { throw nb::python_error(); }
-  int overflow      = 0;
-  long long const v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  nb::object const index = int_object(obj, param);
+  int overflow           = 0;
+  long long const v      = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (overflow != 0 || v < std::numeric_limits<int>::min() ||
       v > std::numeric_limits<int>::max()) {
     throw_range_error(std::string{param} + ": " + nb::str(index).c_str() +
