@@ -1,9 +1,12 @@
 // Arguments given from Python (see args.hpp).
 #include "args.hpp"
 
+#include "rmm_compat.hpp"
+
 #include <rmm/aligned.hpp>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -11,53 +14,51 @@
 namespace nbrmm {
 namespace {
 
-[[noreturn]] void size_error(char const* param, std::string const& why)
-{
-  throw nb::value_error((std::string{param} + ": " + why).c_str());
-}
-
+/// The size a string such as "1.5 GiB" gives, with rmm's grammar (rmm.pylibrmm.helper):
+/// digits with an optional fraction, optional spaces or tabs, and an optional
+/// case-insensitive unit: B, kB ... PB (powers of 1000) or KiB ... PiB (powers of 1024).
 std::size_t parse_size_string(std::string const& text, char const* param)
 {
-  std::size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
-  std::size_t const start = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+  auto fail = [&]() {
+    throw nb::value_error((std::string{param} + ": Could not parse '" + text +
+                           "' as a byte specification (a number and an optional unit such "
+                           "as B, kB, MB, KiB, MiB or GiB)")
+                            .c_str());
+  };
+  auto digit      = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i   = 0;
+  std::size_t end = text.size();
+  if (end != 0 && text[end - 1] == '\n') { --end; }  // as Python's re `$` allows
+  while (i < end && digit(text[i])) { ++i; }
+  if (i == 0) { fail(); }
+  if (i < end && text[i] == '.') {
     ++i;
+    while (i < end && digit(text[i])) { ++i; }
   }
-  if (i == start) { size_error(param, "cannot parse a size from '" + text + "'"); }
   double number = 0;
-  try {
-    number = std::stod(text.substr(start, i - start));
-  } catch (std::exception const&) {
-    size_error(param, "cannot parse a size from '" + text + "'");
-  }
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
+  auto const [last, ec] = std::from_chars(text.data(), text.data() + i, number);
+  if (ec != std::errc{} || last != text.data() + i) { fail(); }
+  while (i < end && (text[i] == ' ' || text[i] == '\t')) { ++i; }
   std::string unit;
-  for (; i < text.size(); ++i) {
-    if (std::isspace(static_cast<unsigned char>(text[i]))) { break; }
-    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  }
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) { ++i; }
-  if (i != text.size()) { size_error(param, "cannot parse a size from '" + text + "'"); }
+  for (; i < end; ++i) { unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))); }
 
   static std::pair<char const*, double> const units[] = {
-    {"", 1.0},         {"b", 1.0},          {"k", 1e3},          {"kb", 1e3},
-    {"m", 1e6},        {"mb", 1e6},         {"g", 1e9},          {"gb", 1e9},
-    {"t", 1e12},       {"tb", 1e12},        {"p", 1e15},         {"pb", 1e15},
-    {"ki", 1024.0},    {"kib", 1024.0},     {"mi", 1048576.0},   {"mib", 1048576.0},
-    {"gi", 1073741824.0}, {"gib", 1073741824.0}, {"ti", 1099511627776.0},
-    {"tib", 1099511627776.0}, {"pi", 1125899906842624.0}, {"pib", 1125899906842624.0},
+    {"", 1.0},      {"b", 1.0},           {"kb", 1e3},           {"mb", 1e6},
+    {"gb", 1e9},    {"tb", 1e12},         {"pb", 1e15},          {"kib", 1024.0},
+    {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+    {"pib", 1125899906842624.0},
   };
   for (auto const& [name, factor] : units) {
     if (unit == name) {
       double const value = std::floor(number * factor);
       if (!(value < 18446744073709551616.0)) {
-        size_error(param, "'" + text + "' is too large");
+        throw_range_error(std::string{param} + ": '" + text + "' is 2**64 bytes or more");
       }
       return static_cast<std::size_t>(value);
     }
   }
-  size_error(param, "unknown unit '" + unit + "' in '" + text + "'");
+  fail();
+  return 0;  // not reached
 }
 
 std::string type_of(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
@@ -71,27 +72,14 @@ std::size_t parse_size(nb::handle obj, char const* param)
     long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
     if (overflow == 0 && v >= 0) { return static_cast<std::size_t>(v); }
   }
-  if (PyBool_Check(obj.ptr())) {
-    throw nb::type_error((std::string{param} + ": expected a size in bytes, got bool").c_str());
-  }
   if (PyUnicode_Check(obj.ptr())) { return parse_size_string(nb::cast<std::string>(obj), param); }
-  if (!PyIndex_Check(obj.ptr())) {
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
     throw nb::type_error((std::string{param} +
                           ": expected a size in bytes (int or str such as '1GiB'), got " +
                           type_of(obj))
                            .c_str());
   }
-  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
-  if (!index.is_valid()) { throw nb::python_error(); }
-  if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) {
-    size_error(param, "must be non-negative, got " + std::string{nb::str(index).c_str()});
-  }
-  auto const v = PyLong_AsUnsignedLongLong(index.ptr());
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    size_error(param, std::string{nb::str(index).c_str()} + " bytes is too large");
-  }
-  return static_cast<std::size_t>(v);
+  return uint_arg(obj, param);  // negative or too large: ArgumentRangeError
 }
 
 std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param)

@@ -6,6 +6,7 @@
 namespace nbrmm {
 
 void bind_errors(nb::module_& m);
+void bind_rmm_compat(nb::module_& m);
 void bind_cuda_device(nb::module_& m);
 void bind_cuda_stream(nb::module_& m);
 void bind_cuda_stream_pool(nb::module_& m);
@@ -33,6 +34,7 @@ void bind_aligned_resource_adaptor(nb::module_& m);
 void bind_thread_safe_resource_adaptor(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
+void bind_pointer_copies(nb::module_& m);
 void bind_cupy_allocator(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);

@@ -5,6 +5,7 @@
 // therefore owns a copy of every bin resource beside the librmm resource (in a
 // holder_resource), so that C++ copies of it keep its bins alive.
 #include "adaptor.hpp"
+#include "rmm_compat.hpp"
 
 #include <rmm/mr/binning_memory_resource.hpp>
 
@@ -89,11 +90,10 @@ allocations.)doc")
           for (auto [value, name] : {std::pair{min_size_exponent, "min_size_exponent"},
                                      std::pair{max_size_exponent, "max_size_exponent"}}) {
             if (value < 0 || value > max_exponent) {
-              throw nb::value_error((std::string{name} + ": must be in [0, " +
-                                     std::to_string(max_exponent) +
-                                     "] (or both exponents -1 for no bins), got " +
-                                     std::to_string(value))
-                                      .c_str());
+              throw_range_error(std::string{name} + ": must be in [0, " +
+                                std::to_string(max_exponent) +
+                                "] (or both exponents -1 for no bins), got " +
+                                std::to_string(value));
             }
           }
           if (min_size_exponent > max_size_exponent) {

@@ -20,8 +20,9 @@ struct CudaAsyncViewMemoryResource : DeviceMemoryResource {};
 cudaMemPool_t pool_arg(nb::handle obj, nb::object& owner, int device)
 {
   nb::object value;
+  // A handle of the wrong type is a ValueError, as rmm raises.
   if (PyBool_Check(obj.ptr())) {
-    throw nb::type_error("pool_handle: expected a memory pool handle, got bool");
+    throw nb::value_error("pool_handle: expected a memory pool handle, got bool");
   }
   if (PyLong_Check(obj.ptr())) {
     value = nb::borrow(obj);
@@ -34,7 +35,7 @@ cudaMemPool_t pool_arg(nb::handle obj, nb::object& owner, int device)
     if (!value.is_valid()) { throw nb::python_error(); }
     owner = nb::borrow(obj);
   } else {
-    throw nb::type_error(("pool_handle: expected a cudaMemPool_t, CUmemoryPool, int or an "
+    throw nb::value_error(("pool_handle: expected a cudaMemPool_t, CUmemoryPool, int or an "
                           "object with pool_handle(), got " +
                           std::string{nb::type_name(obj.type()).c_str()})
                            .c_str());

@@ -3,6 +3,7 @@
 #include "bindings.hpp"
 #include "errors.hpp"
 #include "gil.hpp"
+#include "rmm_compat.hpp"
 #include "stream.hpp"
 
 #include <rmm/cuda_stream.hpp>
@@ -29,8 +30,11 @@ cudaStream_t handle_from_int(nb::handle value, char const* param)
   return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(raw));
 }
 
-/// The handle of a foreign stream object, or false when `obj` is not stream-like.
-bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out)
+/// The handle of a foreign stream object, or false when `obj` is not stream-like. A
+/// `__cuda_stream__` protocol version other than 0 raises NotImplementedError when
+/// `constructing` a Stream from `obj` and TypeError for a stream argument (what rmm raises
+/// for each).
+bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool constructing = false)
 {
   if (nb::hasattr(obj, "__cuda_stream__")) {
     nb::object proto = obj.attr("__cuda_stream__")();
@@ -38,6 +42,16 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out)
       throw nb::type_error((std::string{param} +
                             ": __cuda_stream__() must return a (version, handle) tuple")
                              .c_str());
+    }
+    if (!proto[0].equal(nb::int_(0))) {
+      std::string const text = std::string{param} + ": __cuda_stream__() returned version " +
+                               nb::repr(proto[0]).c_str() +
+                               " of the CUDA stream protocol; nbrmm supports version 0";
+      if (constructing) {
+        PyErr_SetString(PyExc_NotImplementedError, text.c_str());
+        throw nb::python_error();
+      }
+      throw nb::type_error(text.c_str());
     }
     out = handle_from_int(proto[1], param);
     return true;
@@ -64,6 +78,12 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out)
 
 [[noreturn]] void not_a_stream(nb::handle obj, char const* param)
 {
+  if (obj.is_none()) {
+    throw nb::type_error((std::string{param} +
+                          ": stream argument cannot be None; pass a Stream, e.g. "
+                          "nbrmm.DEFAULT_STREAM")
+                           .c_str());
+  }
   throw nb::type_error((std::string{param} +
                         ": expected an nbrmm.Stream or an object implementing __cuda_stream__, "
                         "got " +
@@ -71,7 +91,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out)
                          .c_str());
 }
 
-Stream make_view(nb::handle obj, char const* param)
+Stream make_view(nb::handle obj, char const* param, bool constructing = false)
 {
   Stream s;
   if (nb::isinstance<Stream>(obj)) {
@@ -81,7 +101,7 @@ Stream make_view(nb::handle obj, char const* param)
     s.owner             = other.owner.is_valid() ? other.owner : nb::borrow(obj);
     return s;
   }
-  if (!foreign_handle(obj, param, s.handle)) { not_a_stream(obj, param); }
+  if (!foreign_handle(obj, param, s.handle, constructing)) { not_a_stream(obj, param); }
   s.owner = nb::borrow(obj);
   return s;
 }
@@ -163,15 +183,21 @@ flags : CudaStreamFlags, optional
 Raises
 ------
 TypeError
-    If ``obj`` is not stream-like, or ``flags`` is given together with ``obj``.
+    If ``obj`` is not stream-like.
+ValueError
+    If ``flags`` is given together with ``obj``.
+NotImplementedError
+    If ``obj.__cuda_stream__()`` reports a protocol version other than 0.
+nbrmm.InvalidArgumentError
+    If ``flags`` is an int that is not a ``CudaStreamFlags`` value.
 nbrmm.CudaError
     If a new stream cannot be created (e.g. no GPU).)doc");
 
   cls.def(
        "__init__",
-       [](Stream* self, nb::handle obj, std::optional<rmm::cuda_stream::flags> flags) {
+       [](Stream* self, nb::handle obj, nb::handle flags) {
          if (obj.is_none()) {
-           auto const f = flags.value_or(rmm::cuda_stream::flags::sync_default);
+           auto const f = stream_flags_arg(flags, "flags");
            std::shared_ptr<rmm::cuda_stream> owned;
            {
              gil_release release;
@@ -180,12 +206,16 @@ nbrmm.CudaError
            new (self) Stream{owned->value(), std::move(owned), nb::object{}};
            return;
          }
-         if (flags.has_value()) {
-           throw nb::type_error("Stream: flags can only be given when creating a new stream");
+         if (!flags.is_none()) {
+           throw nb::value_error(
+             "flags: flags may only be specified when obj is None; they cannot be applied "
+             "to an existing stream");
          }
-         new (self) Stream{make_view(obj, "obj")};
+         new (self) Stream{make_view(obj, "obj", /*constructing=*/true)};
        },
-       nb::arg("obj") = nb::none(), nb::arg("flags") = nb::none())
+       nb::arg("obj").none() = nb::none(), nb::arg("flags").none() = nb::none(),
+       nb::sig("def __init__(self, obj: object | None = None, "
+               "flags: CudaStreamFlags | None = None) -> None"))
     .def(
       "__cuda_stream__",
       [](Stream const& s) { return nb::make_tuple(0, handle_int(s)); },

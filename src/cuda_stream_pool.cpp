@@ -2,6 +2,7 @@
 // round-robin. Streams taken from the pool keep the pool alive.
 #include "bindings.hpp"
 #include "gil.hpp"
+#include "rmm_compat.hpp"
 #include "stream.hpp"
 
 #include <rmm/cuda_stream_pool.hpp>
@@ -39,8 +40,10 @@ flags : CudaStreamFlags, optional
     Creation flags of the streams.)doc")
     .def(
       "__init__",
-      [](CudaStreamPool* self, std::size_t pool_size, rmm::cuda_stream::flags flags) {
-        if (pool_size == 0) { throw nb::value_error("pool_size: must be positive"); }
+      [](CudaStreamPool* self, nb::handle pool_size_arg, nb::handle flags_arg) {
+        auto const pool_size = static_cast<std::size_t>(uint_arg(pool_size_arg, "pool_size"));
+        auto const flags     = stream_flags_arg(flags_arg, "flags");
+        if (pool_size == 0) { throw_invalid_argument("pool_size: must be positive"); }
         std::unique_ptr<rmm::cuda_stream_pool> pool;
         {
           gil_release release;
@@ -49,23 +52,21 @@ flags : CudaStreamFlags, optional
         new (self) CudaStreamPool{std::move(pool)};
       },
       nb::arg("pool_size") = rmm::cuda_stream_pool::default_size,
-      nb::arg("flags")     = rmm::cuda_stream::flags::sync_default)
+      nb::arg("flags").none() = rmm::cuda_stream::flags::sync_default,
+      nb::sig("def __init__(self, pool_size: int = 16, "
+              "flags: CudaStreamFlags = ...) -> None"))
     .def(
       "get_stream",
-      [](nb::handle self, std::optional<std::size_t> stream_id) {
+      [](nb::handle self, nb::handle stream_id) {
         auto& pool = *nb::inst_ptr<CudaStreamPool>(self)->pool;
-        if (!stream_id.has_value()) { return pool_stream(self, pool.get_stream()); }
-        if (*stream_id >= pool.get_pool_size()) {
-          throw nb::value_error(("stream_id: " + std::to_string(*stream_id) +
-                                 " is out of range for a pool of " +
-                                 std::to_string(pool.get_pool_size()) + " streams")
-                                  .c_str());
-        }
-        return pool_stream(self, pool.get_stream(*stream_id));
+        if (stream_id.is_none()) { return pool_stream(self, pool.get_stream()); }
+        // librmm wraps the id around the pool size: any non-negative id is valid.
+        return pool_stream(self, pool.get_stream(uint_arg(stream_id, "stream_id")));
       },
-      nb::arg("stream_id") = nb::none(),
-      "The next stream of the pool, or the stream with index ``stream_id``. The returned "
-      "Stream keeps the pool alive.")
+      nb::arg("stream_id").none() = nb::none(),
+      nb::sig("def get_stream(self, stream_id: int | None = None) -> Stream"),
+      "The next stream of the pool, or the stream ``stream_id`` modulo the pool size. The "
+      "returned Stream keeps the pool alive.")
     .def(
       "get_pool_size", [](CudaStreamPool& self) { return self.pool->get_pool_size(); },
       "Number of streams in the pool.");

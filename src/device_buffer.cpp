@@ -9,6 +9,8 @@
 #include "buffer.hpp"
 #include "device.hpp"
 #include "errors.hpp"
+#include "host_copy.hpp"
+#include "rmm_compat.hpp"
 #include "stream.hpp"
 
 #include <nanobind/ndarray.h>
@@ -226,50 +228,6 @@ bool is_buffer(nb::handle obj) noexcept
          nb::inst_ready(obj);
 }
 
-/// cudaMemcpyAsync on `s`, synchronizing when `s` is the default stream (as rmm does).
-void copy_bytes(void* dst, void const* src, std::size_t n, cuda::stream_ref s)
-{
-  if (n == 0) { return; }
-  gil_release release;
-  auto status = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s.get());
-  if (status != cudaSuccess) { throw_cuda_error(status, "cudaMemcpyAsync"); }
-  if (is_legacy_default(s.get())) {
-    status = cudaStreamSynchronize(s.get());
-    if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
-  }
-}
-
-/// A contiguous Python buffer (host memory), released on scope exit.
-class host_view {
- public:
-  host_view(nb::handle obj, bool writable, char const* param)
-  {
-    int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      nb::object msg = nb::steal(PyObject_Str(value != nullptr ? value : Py_None));
-      bool const wrong_type = PyErr_GivenExceptionMatches(type, PyExc_TypeError) != 0;
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-      std::string text = std::string{param} + ": expected a C-contiguous" +
-                         (writable ? " writable" : "") + " buffer (bytes-like or NumPy array): " +
-                         (msg.is_valid() ? nb::str(msg).c_str() : "");
-      if (wrong_type) { throw nb::type_error(text.c_str()); }
-      throw nb::value_error(text.c_str());
-    }
-  }
-  host_view(host_view const&)            = delete;
-  host_view& operator=(host_view const&) = delete;
-  ~host_view() { PyBuffer_Release(&view_); }
-  [[nodiscard]] void* data() const noexcept { return view_.buf; }
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
-
 /// A contiguous device array given by __cuda_array_interface__ (or an nbrmm Buffer, which
 /// stays pinned as a reader while this object lives).
 class device_source {
@@ -283,7 +241,8 @@ class device_source {
       return;
     }
     if (!nb::hasattr(obj, "__cuda_array_interface__")) {
-      throw nb::type_error((std::string{param} +
+      // ValueError, as rmm raises for an object without the interface.
+      throw nb::value_error((std::string{param} +
                             ": expected an object with __cuda_array_interface__, got " +
                             nb::type_name(obj.type()).c_str())
                              .c_str());
@@ -374,7 +333,6 @@ buffer_args parse_buffer_args(nb::handle nbytes,
     a.n = request_size(nbytes, size_param, a.alignment);
   }
   if (stream.is_valid()) {
-    if (stream.is_none()) { throw nb::type_error("stream: stream argument cannot be None"); }
     a.stream = stream_object(stream, "stream");
   } else {
     a.stream = nb::borrow(default_stream());
@@ -842,7 +800,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
          construct(self, parse_buffer_args(nbytes, "nbytes", mr, stream, alignment));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
-       nb::arg("stream") = default_stream(), nb::arg("alignment") = default_alignment,
+       nb::arg("stream").none() = default_stream(), nb::arg("alignment") = default_alignment,
        nb::sig("def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = "
                "None, stream: Stream = ..., alignment: int = 256) -> None"))
     .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
@@ -879,7 +837,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
         mutate(self, stream, "reserve", &moves_to_reserve, n,
                [n](auto& b, auto s) { b.reserve(n, s); });
       },
-      nb::arg("new_capacity"), nb::arg("stream") = default_stream(),
+      nb::arg("new_capacity"), nb::arg("stream").none() = default_stream(),
       R"doc(Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
 
 Raises
@@ -893,7 +851,7 @@ BufferError
         mutate(self, stream, "resize", &moves_to_resize, n,
                [n](auto& b, auto s) { b.resize(n, s); });
       },
-      nb::arg("new_size"), nb::arg("stream") = default_stream(),
+      nb::arg("new_size"), nb::arg("stream").none() = default_stream(),
       R"doc(Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
 
 Raises
@@ -906,7 +864,7 @@ BufferError
         mutate(self, stream, "shrink_to_fit", &moves_to_shrink, 0,
                [](auto& b, auto s) { b.shrink_to_fit(s); });
       },
-      nb::arg("stream") = default_stream(),
+      nb::arg("stream").none() = default_stream(),
       R"doc(Release unused capacity.
 
 Raises
@@ -935,7 +893,7 @@ stream : Stream, optional
       [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
       nb::arg("memo"), "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
-         nb::arg("stream") = default_stream(),
+         nb::arg("stream").none() = default_stream(),
          R"doc(Copy the contents to host memory.
 
 Parameters
@@ -948,13 +906,13 @@ stream : Stream, optional
 Returns
 -------
 The destination.)doc")
-    .def("copy_from_host", &copy_from_host, nb::arg("ary"), nb::arg("stream") = default_stream(),
+    .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream(),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
-    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary"),
-         nb::arg("stream") = default_stream(),
+    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),
+         nb::arg("stream").none() = default_stream(),
          "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
          "bytes into the buffer.")
-    .def("tobytes", &to_bytes, nb::arg("stream") = default_stream(),
+    .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream(),
          "The contents as ``bytes`` (always synchronizes).")
     .def(
       "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); },
@@ -964,7 +922,7 @@ The destination.)doc")
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::handle{reinterpret_cast<PyObject*>(buffer_type)}, b, stream, mr);
       },
-      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
       "A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: "
       "the current device resource).")
     .def(
@@ -1073,12 +1031,13 @@ mr : DeviceMemoryResource, optional
     The resource to allocate from; the current device resource by default.)doc")
     .def(
       "__init__",
-      [](DeviceBuffer* self, std::uintptr_t ptr, nb::handle size, nb::handle stream, nb::handle mr) {
+      [](DeviceBuffer* self, nb::handle ptr, nb::handle size, nb::handle stream, nb::handle mr) {
+        auto const src = static_cast<std::uintptr_t>(uint_arg(ptr, "ptr"));
         construct(self, parse_buffer_args(size, "size", mr, stream, nb::handle{}),
-                  reinterpret_cast<void const*>(ptr));
+                  reinterpret_cast<void const*>(src));
       },
-      nb::kw_only(), nb::arg("ptr") = 0, nb::arg("size") = 0,
-      nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::kw_only(), nb::arg("ptr").none() = 0, nb::arg("size") = 0,
+      nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
       nb::sig("def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., "
               "mr: DeviceMemoryResource | None = None) -> None"))
     .def_static(
@@ -1086,7 +1045,7 @@ mr : DeviceMemoryResource, optional
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
       },
-      nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
       "A new DeviceBuffer holding a copy of the host buffer ``b``.");
 
   m.def(
@@ -1094,7 +1053,7 @@ mr : DeviceMemoryResource, optional
     [](nb::handle b, nb::handle stream, nb::handle mr) {
       return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
     },
-    nb::arg("b"), nb::arg("stream") = default_stream(), nb::arg("mr") = nb::none(),
+    nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
     "A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, "
     "default: the current device resource).");
 }

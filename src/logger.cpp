@@ -28,11 +28,27 @@ An ``IntEnum``: levels compare by severity (``level_enum.debug < level_enum.warn
     .value("warn", level_enum::warn, "Warnings.")
     .value("error", level_enum::error, "Errors.")
     .value("critical", level_enum::critical, "Critical errors.")
-    .value("off", level_enum::off, "Nothing is logged.");
+    .value("off", level_enum::off, "Nothing is logged.")
+    .value("n_levels", level_enum::n_levels,
+           "Not a level: the number of levels (rmm exposes it too; as a logging level it "
+           "silences the logger like ``off``).");
+
+  // rmm accepts only level_enum members (an int raises TypeError); so does nbrmm.
+  auto level_arg = [](nb::handle level) {
+    if (PyObject_IsInstance(level.ptr(), nb::type<level_enum>().ptr()) != 1) {
+      PyErr_Clear();
+      throw nb::type_error(("level: must be an instance of level_enum, got " +
+                            std::string{nb::type_name(level.type()).c_str()})
+                             .c_str());
+    }
+    return nb::cast<level_enum>(level);
+  };
 
   m.def(
-    "should_log", [](level_enum level) { return rmm::default_logger().should_log(level); },
-    nb::arg("level"), R"doc(Whether librmm's debug logger writes messages of ``level``.
+    "should_log",
+    [level_arg](nb::handle level) { return rmm::default_logger().should_log(level_arg(level)); },
+    nb::arg("level").none(),
+    nb::sig("def should_log(level: level_enum) -> bool"), R"doc(Whether librmm's debug logger writes messages of ``level``.
 
 Parameters
 ----------
@@ -42,11 +58,18 @@ level : level_enum
 Returns
 -------
 bool
-    True when ``level`` is at or above the logging level (see :func:`set_logging_level`).)doc");
+    True when ``level`` is at or above the logging level (see :func:`set_logging_level`).
+
+Raises
+------
+TypeError
+    If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).)doc");
 
   m.def(
-    "set_logging_level", [](level_enum level) { rmm::default_logger().set_level(level); },
-    nb::arg("level"), R"doc(Set the least severe level that librmm's debug logger writes.
+    "set_logging_level",
+    [level_arg](nb::handle level) { rmm::default_logger().set_level(level_arg(level)); },
+    nb::arg("level").none(),
+    nb::sig("def set_logging_level(level: level_enum) -> None"), R"doc(Set the least severe level that librmm's debug logger writes.
 
 Messages below ``level`` are dropped; ``level_enum.off`` silences the logger. Note that
 librmm is compiled with a minimum level: messages below it are never produced at all.
@@ -54,7 +77,12 @@ librmm is compiled with a minimum level: messages below it are never produced at
 Parameters
 ----------
 level : level_enum
-    The new logging level.)doc");
+    The new logging level.
+
+Raises
+------
+TypeError
+    If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).)doc");
 
   m.def(
     "get_logging_level", []() { return rmm::default_logger().level(); },
@@ -90,13 +118,20 @@ level_enum
     "The devices that have an entry in librmm's per-device resource map, in order.");
 
   m.def(
-    "set_flush_level", [](level_enum level) { rmm::default_logger().flush_on(level); },
-    nb::arg("level"), R"doc(Flush librmm's debug logger after every message of ``level`` or above.
+    "set_flush_level",
+    [level_arg](nb::handle level) { rmm::default_logger().flush_on(level_arg(level)); },
+    nb::arg("level").none(),
+    nb::sig("def set_flush_level(level: level_enum) -> None"), R"doc(Flush librmm's debug logger after every message of ``level`` or above.
 
 Parameters
 ----------
 level : level_enum
-    The flush level.)doc");
+    The flush level.
+
+Raises
+------
+TypeError
+    If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).)doc");
 
   m.def(
     "get_flush_level", []() { return rmm::default_logger().flush_level(); },

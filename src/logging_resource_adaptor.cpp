@@ -1,6 +1,7 @@
 // nbrmm.mr.LoggingResourceAdaptor (rmm/mr/logging_resource_adaptor.hpp): writes every
 // allocation and free to a CSV file.
 #include "adaptor.hpp"
+#include "rmm_compat.hpp"
 
 #include <rmm/mr/logging_resource_adaptor.hpp>
 
@@ -74,8 +75,8 @@ Raises
 ------
 ValueError
     If no file name is given and ``RMM_LOG_FILE`` is not set.
-OSError
-    If the file cannot be opened.)doc")
+nbrmm.FileOpenError
+    If the file cannot be opened (an ``OSError``, and a ``RuntimeError`` as in rmm).)doc")
     .def(
       "__init__",
       [](LoggingResourceAdaptor* self, nb::handle upstream_mr, nb::handle log_file_name) {
@@ -84,9 +85,8 @@ OSError
           try {
             return logging_adaptor{std::move(up), path};
           } catch (std::exception const& e) {
-            PyErr_Format(PyExc_OSError, "log_file_name: cannot open '%s' for logging: %s",
-                         path.c_str(), e.what());
-            throw nb::python_error();
+            throw_file_open_error("log_file_name: cannot open '" + path +
+                                  "' for logging: " + e.what());
           }
         });
         self->file_name = std::move(path);

@@ -9,6 +9,7 @@
 #include "errors.hpp"
 #include "gil.hpp"
 #include "resource.hpp"
+#include "rmm_compat.hpp"
 #include "stream.hpp"
 
 #include <cstdint>
@@ -224,7 +225,7 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
       [](nb::handle self, nb::handle nbytes, nb::handle stream, nb::handle alignment) {
         return raw_allocate(self, nbytes, stream, alignment);
       },
-      nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
+      nb::arg("nbytes"), nb::arg("stream").none() = default_stream(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
       nb::sig("def allocate(self, nbytes: int | str, stream: Stream = ..., *, "
               "alignment: int = 256) -> int"),
@@ -255,9 +256,12 @@ RuntimeError
     If called from a Python callback of a resource this one depends on.)doc")
     .def(
       "deallocate",
-      [](nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
-         nb::handle alignment) { raw_deallocate(self, ptr, nbytes, stream, alignment); },
-      nb::arg("ptr"), nb::arg("nbytes"), nb::arg("stream") = default_stream(), nb::kw_only(),
+      [](nb::handle self, nb::handle ptr, nb::handle nbytes, nb::handle stream,
+         nb::handle alignment) {
+        raw_deallocate(self, uint_arg(ptr, "ptr"), nbytes, stream, alignment);
+      },
+      nb::arg("ptr").none(), nb::arg("nbytes"), nb::arg("stream").none() = default_stream(),
+      nb::kw_only(),
       nb::arg("alignment") = default_alignment,
       nb::sig("def deallocate(self, ptr: int, nbytes: int | str, stream: Stream = ..., *, "
               "alignment: int = 256) -> None"),

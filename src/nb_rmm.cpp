@@ -5,6 +5,7 @@ NB_MODULE(_nbrmm, m)
 {
   m.doc() = "nanobind bindings for librmm (RAPIDS Memory Manager)";
   nbrmm::bind_errors(m);
+  nbrmm::bind_rmm_compat(m);  // exception classes rmm-compatible argument checks raise
   nbrmm::bind_cuda_device(m);
   nbrmm::bind_cuda_stream(m);
   nbrmm::bind_cuda_stream_pool(m);
@@ -32,6 +33,7 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_thread_safe_resource_adaptor(m);
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
+  nbrmm::bind_pointer_copies(m);
   nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);

@@ -7,6 +7,7 @@
 #include "device.hpp"
 #include "gil.hpp"
 #include "resource.hpp"
+#include "rmm_compat.hpp"
 
 #include <rmm/mr/per_device_resource.hpp>
 
@@ -144,8 +145,10 @@ nb::object resource_or_current(nb::handle mr, char const* param)
 void bind_per_device_resource(nb::module_& m)
 {
   m.def(
-    "get_per_device_resource", [](int device) { return resource_of(device_arg(device)); },
-    nb::arg("device"), R"doc(The resource of ``device`` in librmm's per-device map.
+    "get_per_device_resource",
+    [](nb::handle device) { return resource_of(device_arg(int_arg(device, "device"))); },
+    nb::arg("device").none(), nb::sig("def get_per_device_resource(device: int) -> DeviceMemoryResource"),
+    R"doc(The resource of ``device`` in librmm's per-device map.
 
 Returns the object that was set (from Python), or an nbrmm object for the resource that
 C++ code set: an instance of the concrete nbrmm class when nbrmm knows the type,
@@ -163,8 +166,10 @@ ValueError
 
   m.def(
     "set_per_device_resource",
-    [](int device, nb::handle mr) { set_resource(device_arg(device), mr); }, nb::arg("device"),
-    nb::arg("mr"), R"doc(Set the resource of ``device`` in librmm's per-device map.
+    [](nb::handle device, nb::handle mr) { set_resource(device_arg(int_arg(device, "device")), mr); },
+    nb::arg("device").none(), nb::arg("mr"),
+    nb::sig("def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None"),
+    R"doc(Set the resource of ``device`` in librmm's per-device map.
 
 C++ code that reads the map (``rmm::mr::get_per_device_resource_ref``) sees it at once.
 The map owns the resource (and the Python object) until it is replaced.

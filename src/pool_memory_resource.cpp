@@ -1,6 +1,7 @@
 // nbrmm.mr.PoolMemoryResource (rmm/mr/pool_memory_resource.hpp): a coalescing best-fit
 // suballocator over memory taken from the upstream in large chunks.
 #include "adaptor.hpp"
+#include "rmm_compat.hpp"
 
 #include <rmm/aligned.hpp>
 #include <rmm/cuda_device.hpp>
@@ -20,10 +21,9 @@ struct PoolMemoryResource : UpstreamResourceAdaptor {};
 void require_aligned(std::optional<std::size_t> size, char const* param)
 {
   if (size && !rmm::is_aligned(*size, rmm::CUDA_ALLOCATION_ALIGNMENT)) {
-    throw nb::value_error((std::string{param} + ": must be a multiple of " +
+    throw_invalid_argument(std::string{param} + ": must be a multiple of " +
                            std::to_string(rmm::CUDA_ALLOCATION_ALIGNMENT) + " bytes, got " +
-                           std::to_string(*size))
-                            .c_str());
+                           std::to_string(*size));
   }
 }
 
@@ -50,9 +50,11 @@ maximum_pool_size : int or str, optional
 
 Raises
 ------
+nbrmm.InvalidArgumentError
+    If a size is not a multiple of 256, or ``initial_pool_size`` exceeds
+    ``maximum_pool_size`` (a ``ValueError``, and a ``RuntimeError`` as in rmm).
 ValueError
-    If a size is not a multiple of 256, or ``maximum_pool_size`` is smaller than
-    ``initial_pool_size``.
+    If a size string does not parse.
 MemoryError
     If the upstream cannot provide the initial pool.)doc")
     .def(
@@ -65,10 +67,10 @@ MemoryError
         require_aligned(initial, "initial_pool_size");
         require_aligned(maximum, "maximum_pool_size");
         if (initial && maximum && *maximum < *initial) {
-          throw nb::value_error(("maximum_pool_size: " + std::to_string(*maximum) +
-                                 " bytes is smaller than initial_pool_size (" +
-                                 std::to_string(*initial) + " bytes)")
-                                  .c_str());
+          throw_invalid_argument("initial_pool_size: the initial pool size (" +
+                                 std::to_string(*initial) +
+                                 " bytes) exceeds the maximum pool size (" +
+                                 std::to_string(*maximum) + " bytes)");
         }
         if (!initial) {
           {

@@ -4,6 +4,7 @@
 
 #include "deferred_frees.hpp"
 #include "errors.hpp"
+#include "rmm_compat.hpp"
 #include "stream.hpp"
 
 #include <rmm/aligned.hpp>
@@ -76,12 +77,12 @@ void* checked_pointer(python_resource::state const& st, nb::handle result, std::
   auto const raw = PyLong_AsUnsignedLongLong(result.ptr());
   if (PyErr_Occurred() != nullptr) {
     PyErr_Clear();
-    throw_as_python(PyExc_ValueError, st.name + " returned " + nb::str(result).c_str() +
-                                        ", which is not a pointer value");
+    throw_as_python(invalid_argument_type(), st.name + " returned " + nb::str(result).c_str() +
+                                               ", which is not a pointer value");
   }
   if (raw == 0) {
     if (bytes == 0) { return nullptr; }
-    throw_as_python(PyExc_ValueError,
+    throw_as_python(invalid_argument_type(),
                     st.name + " returned a null pointer for " + std::to_string(bytes) +
                       " bytes (raise MemoryError when it cannot allocate)");
   }
@@ -95,9 +96,9 @@ void* checked_pointer(python_resource::state const& st, nb::handle result, std::
     }
     char hex[32];
     std::snprintf(hex, sizeof hex, "0x%llx", raw);
-    throw_as_python(PyExc_ValueError, st.name + " returned " + hex +
-                                        ", which is not aligned to 256 bytes (librmm's "
-                                        "resources guarantee 256-byte alignment)");
+    throw_as_python(invalid_argument_type(), st.name + " returned " + hex +
+                                               ", which is not aligned to 256 bytes (librmm's "
+                                               "resources guarantee 256-byte alignment)");
   }
   (void)stream;
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(raw));

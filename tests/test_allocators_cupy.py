@@ -32,23 +32,27 @@ def test_import_nbrmm_imports_no_framework():
 
 
 @pytest.mark.parametrize(
-    ("module", "package"),
+    ("module", "package", "use"),
     [
-        ("nbrmm.allocators.cupy", "cupy"),
-        ("nbrmm.allocators.torch", "torch"),
-        ("nbrmm.allocators.numba", "numba"),
+        ("nbrmm.allocators.cupy", "cupy", "m.rmm_cupy_allocator(256)"),
+        ("nbrmm.allocators.cupy", "cupy", "m.cupy_allocator()"),
+        ("nbrmm.allocators.torch", "torch", "m.torch_allocator()"),
+        ("nbrmm.allocators.numba", "numba", "m.RMMNumbaManager()"),
+        ("nbrmm.allocators.numba", "numba", "m.numba_manager()"),
     ],
 )
-def test_import_error_names_the_missing_package(module, package):
+def test_hook_without_its_framework_imports_and_raises_at_use(module, package, use):
+    # As rmm's hooks: the module imports; using it raises, naming the missing package.
     out = run_python(
         f"import sys\nsys.modules[{package!r}] = None\n"
+        f"import {module} as m\n"
         "try:\n"
-        f"    import {module}\n"
-        "except ImportError as e:\n"
+        f"    {use}\n"
+        "except ModuleNotFoundError as e:\n"
         "    print('name=' + str(e.name))\n"
         "    print(e)\n"
         "else:\n"
-        "    print('imported')\n"
+        "    print('no error')\n"
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"name={package}\n")

@@ -204,7 +204,7 @@ def test_statistics_over_logging_restore_in_order(heap, tmp_path):
 
 def test_level_enum_is_rmm_like():
     names = [level.name for level in nbrmm.level_enum]
-    assert names == ["trace", "debug", "info", "warn", "error", "critical", "off"]
+    assert names == ["trace", "debug", "info", "warn", "error", "critical", "off", "n_levels"]
     assert nbrmm.level_enum.trace < nbrmm.level_enum.warn < nbrmm.level_enum.off
     assert int(nbrmm.level_enum.info) == 2
 

@@ -61,7 +61,7 @@ def test_reinitialize_pool_on_the_gpu():
     del buf
     nbrmm.reinitialize(managed_memory=True)
     assert isinstance(nbrmm.mr.get_current_device_resource(), nbrmm.mr.ManagedMemoryResource)
-    with pytest.raises(ValueError):
-        nbrmm.reinitialize(initial_pool_size=POOL_SIZE)  # needs pool_allocator
-    nbrmm.reinitialize()
+    nbrmm.reinitialize(initial_pool_size="2k")  # as in rmm: ignored without a pool
     assert type(nbrmm.mr.get_current_device_resource()) is nbrmm.mr.CudaMemoryResource
+    nbrmm.reinitialize(devices=None)  # as in rmm: device 0
+    assert type(nbrmm.mr.get_per_device_resource(0)) is nbrmm.mr.CudaMemoryResource

@@ -14,6 +14,7 @@ _librmm.load_library()
 
 from nbrmm import _nbrmm  # noqa: E402
 from nbrmm._nbrmm import (  # noqa: E402
+    ArgumentRangeError,
     DEFAULT_STREAM,
     LEGACY_DEFAULT_STREAM,
     PER_THREAD_DEFAULT_STREAM,
@@ -24,6 +25,8 @@ from nbrmm._nbrmm import (  # noqa: E402
     CudaStreamPool,
     CudaUnavailableError,
     DeviceBuffer,
+    FileOpenError,
+    InvalidArgumentError,
     LogicError,
     OutOfMemory,
     Stream,
@@ -54,7 +57,11 @@ from nbrmm._reinitialize import (  # noqa: E402
     reinitialize,
     unregister_reinitialize_hook,
 )
-from nbrmm._version import __version__  # noqa: E402
+from nbrmm._version import __git_commit__, __version__  # noqa: E402
+from nbrmm.rmm import RMMError  # noqa: E402
+
+# rmm's module layout: ``import rmm`` makes these submodules attributes of the package.
+from nbrmm import librmm, pylibrmm, rmm, statistics  # noqa: E402
 
 
 
@@ -97,6 +104,7 @@ if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
 
 __all__ = [
+    "ArgumentRangeError",
     "BadAlloc",
     "Buffer",
     "CudaError",
@@ -105,11 +113,15 @@ __all__ = [
     "CudaUnavailableError",
     "DEFAULT_STREAM",
     "DeviceBuffer",
+    "FileOpenError",
+    "InvalidArgumentError",
     "LEGACY_DEFAULT_STREAM",
     "LogicError",
     "OutOfMemory",
     "PER_THREAD_DEFAULT_STREAM",
+    "RMMError",
     "Stream",
+    "__git_commit__",
     "__version__",
     "available_device_memory",
     "disable_logging",

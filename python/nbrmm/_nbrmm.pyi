@@ -5,7 +5,10 @@ import enum
 import os
 from typing import Any
 
-from nbrmm._pickle import _reduce_ex as __reduce_ex__
+from nbrmm._pickle import (
+    _reduce as __reduce__,
+    _reduce_ex as __reduce_ex__
+)
 import nbrmm.statistics
 
 
@@ -26,6 +29,27 @@ class OutOfMemory(BadAlloc):
 class CudaUnavailableError(CudaError, BadAlloc):
     """
     There is no usable CUDA driver or GPU for what was asked (a CudaError and a BadAlloc).
+    """
+
+class ArgumentRangeError(ValueError, OverflowError):
+    """
+    An integer argument is out of range: a negative size, a size or pointer of 2**64 or more, an exponent outside the accepted interval.
+
+    A ``ValueError``, and an ``OverflowError`` as rmm raises for such values.
+    """
+
+class InvalidArgumentError(ValueError, RuntimeError):
+    """
+    An argument that librmm or CUDA would reject, checked before the call (pool sizes that are not multiples of 256 or exceed the maximum, an empty stream pool, unknown stream flags or devices, pointers CUDA does not know).
+
+    A ``ValueError``, and a ``RuntimeError`` as rmm raises for such arguments.
+    """
+
+class FileOpenError(OSError, RuntimeError):
+    """
+    A file could not be opened (a log file of ``LoggingResourceAdaptor``).
+
+    An ``OSError``, and a ``RuntimeError`` as rmm raises.
     """
 
 def get_device_count() -> int:
@@ -128,7 +152,13 @@ class Stream:
     Raises
     ------
     TypeError
-        If ``obj`` is not stream-like, or ``flags`` is given together with ``obj``.
+        If ``obj`` is not stream-like.
+    ValueError
+        If ``flags`` is given together with ``obj``.
+    NotImplementedError
+        If ``obj.__cuda_stream__()`` reports a protocol version other than 0.
+    nbrmm.InvalidArgumentError
+        If ``flags`` is an int that is not a ``CudaStreamFlags`` value.
     nbrmm.CudaError
         If a new stream cannot be created (e.g. no GPU).
     """
@@ -183,11 +213,11 @@ class CudaStreamPool:
         Creation flags of the streams.
     """
 
-    def __init__(self, pool_size: int = 16, flags: CudaStreamFlags = CudaStreamFlags.SYNC_DEFAULT) -> None: ...
+    def __init__(self, pool_size: int = 16, flags: CudaStreamFlags = ...) -> None: ...
 
-    def get_stream(self, stream_id: int | None = None) -> object:
+    def get_stream(self, stream_id: int | None = None) -> Stream:
         """
-        The next stream of the pool, or the stream with index ``stream_id``. The returned Stream keeps the pool alive.
+        The next stream of the pool, or the stream ``stream_id`` modulo the pool size. The returned Stream keeps the pool alive.
         """
 
     def get_pool_size(self) -> int:
@@ -491,9 +521,11 @@ class PoolMemoryResource(UpstreamResourceAdaptor):
 
     Raises
     ------
+    nbrmm.InvalidArgumentError
+        If a size is not a multiple of 256, or ``initial_pool_size`` exceeds
+        ``maximum_pool_size`` (a ``ValueError``, and a ``RuntimeError`` as in rmm).
     ValueError
-        If a size is not a multiple of 256, or ``maximum_pool_size`` is smaller than
-        ``initial_pool_size``.
+        If a size string does not parse.
     MemoryError
         If the upstream cannot provide the initial pool.
     """
@@ -654,8 +686,8 @@ class LoggingResourceAdaptor(UpstreamResourceAdaptor):
     ------
     ValueError
         If no file name is given and ``RMM_LOG_FILE`` is not set.
-    OSError
-        If the file cannot be opened.
+    nbrmm.FileOpenError
+        If the file cannot be opened (an ``OSError``, and a ``RuntimeError`` as in rmm).
     """
 
     def __init__(self, upstream_mr: DeviceMemoryResource, log_file_name: str | os.PathLike[str] | None = None) -> None: ...
@@ -832,7 +864,7 @@ class ThreadSafeResourceAdaptor(UpstreamResourceAdaptor):
 
     def __init__(self, upstream_mr: DeviceMemoryResource) -> None: ...
 
-def get_per_device_resource(device: int) -> object:
+def get_per_device_resource(device: int) -> DeviceMemoryResource:
     """
     The resource of ``device`` in librmm's per-device map.
 
@@ -851,7 +883,7 @@ def get_per_device_resource(device: int) -> object:
         If the device does not exist.
     """
 
-def set_per_device_resource(device: int, mr: object) -> None:
+def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None:
     """
     Set the resource of ``device`` in librmm's per-device map.
 
@@ -977,7 +1009,7 @@ class Buffer:
     def closed(self) -> bool:
         """Whether :meth:`close` has freed the memory."""
 
-    def reserve(self, new_capacity: object, stream: object = ...) -> None:
+    def reserve(self, new_capacity: object, stream: object | None = ...) -> None:
         """
         Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
 
@@ -987,7 +1019,7 @@ class Buffer:
             If the memory would move while it is exported or in use by another thread.
         """
 
-    def resize(self, new_size: object, stream: object = ...) -> None:
+    def resize(self, new_size: object, stream: object | None = ...) -> None:
         """
         Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
 
@@ -997,7 +1029,7 @@ class Buffer:
             If the memory would move while it is exported or in use by another thread.
         """
 
-    def shrink_to_fit(self, stream: object = ...) -> None:
+    def shrink_to_fit(self, stream: object | None = ...) -> None:
         """
         Release unused capacity.
 
@@ -1025,7 +1057,7 @@ class Buffer:
     def __deepcopy__(self, memo: object) -> object:
         """A copy on the buffer's own resource and stream (as :meth:`copy`)."""
 
-    def copy_to_host(self, ary: object | None = None, stream: object = ...) -> object:
+    def copy_to_host(self, ary: object | None = None, stream: object | None = ...) -> object:
         """
         Copy the contents to host memory.
 
@@ -1041,24 +1073,24 @@ class Buffer:
         The destination.
         """
 
-    def copy_from_host(self, ary: object, stream: object = ...) -> None:
+    def copy_from_host(self, ary: object | None, stream: object | None = ...) -> None:
         """
         Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.
         """
 
-    def copy_from_device(self, cuda_ary: object, stream: object = ...) -> None:
+    def copy_from_device(self, cuda_ary: object | None, stream: object | None = ...) -> None:
         """
         Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` bytes into the buffer.
         """
 
-    def tobytes(self, stream: object = ...) -> bytes:
+    def tobytes(self, stream: object | None = ...) -> bytes:
         """The contents as ``bytes`` (always synchronizes)."""
 
     def __bytes__(self) -> bytes:
         """The contents as ``bytes`` (as :meth:`tobytes`)."""
 
     @staticmethod
-    def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:
+    def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
         """
         A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: the current device resource).
         """
@@ -1123,12 +1155,97 @@ class DeviceBuffer(Buffer):
     def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., mr: DeviceMemoryResource | None = None) -> None: ...
 
     @staticmethod
-    def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:
+    def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
         """A new DeviceBuffer holding a copy of the host buffer ``b``."""
 
-def to_device(b: object, stream: object = ..., mr: object | None = None) -> object:
+def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
     """
     A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: the current device resource).
+    """
+
+def copy_ptr_to_host(db: int, hb: object, stream: Stream = ...) -> None:
+    """
+    Copy ``len(hb)`` bytes from the device address ``db`` into the host buffer ``hb``.
+
+    Parameters
+    ----------
+    db : int
+        Address of the source: device, managed or page-locked host memory.
+    hb : writable C-contiguous buffer
+        The destination (``bytearray``, NumPy array, ...); its size is the byte count.
+    stream : Stream or object with ``__cuda_stream__``, optional
+        The stream the copy is ordered on. On the default stream the call waits for the
+        copy; on any other it returns at once (synchronize before reading ``hb``).
+
+    Raises
+    ------
+    TypeError
+        If ``stream`` is None, ``db`` is not an int or ``hb`` has no buffer interface.
+    BufferError
+        If ``hb`` is read-only or not contiguous.
+    nbrmm.ArgumentRangeError
+        If ``db`` is negative or does not fit in 64 bits.
+    nbrmm.InvalidArgumentError
+        If ``db`` is not memory CUDA knows, or the range runs past its allocation.
+    nbrmm.CudaError
+        If CUDA fails (e.g. no GPU).
+    """
+
+def copy_host_to_ptr(hb: object, db: int, stream: Stream = ...) -> None:
+    """
+    Copy the host buffer ``hb`` to the device address ``db``.
+
+    Parameters
+    ----------
+    hb : C-contiguous buffer
+        The source (``bytes``, ``bytearray``, NumPy array, ...); its size is the byte count.
+    db : int
+        Address of the destination: device, managed or page-locked host memory.
+    stream : Stream or object with ``__cuda_stream__``, optional
+        The stream the copy is ordered on. On the default stream the call waits for the
+        copy; on any other it returns at once (keep ``hb`` alive and unchanged until the
+        stream is synchronized).
+
+    Raises
+    ------
+    TypeError
+        If ``stream`` is None, ``db`` is not an int or ``hb`` has no buffer interface.
+    BufferError
+        If ``hb`` is not contiguous.
+    nbrmm.ArgumentRangeError
+        If ``db`` is negative or does not fit in 64 bits.
+    nbrmm.InvalidArgumentError
+        If ``db`` is not memory CUDA knows, or the range runs past its allocation.
+    nbrmm.CudaError
+        If CUDA fails (e.g. no GPU).
+    """
+
+def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: Stream = ...) -> None:
+    """
+    Copy ``count`` bytes from the device address ``d_src`` to ``d_dst``.
+
+    Parameters
+    ----------
+    d_src : int
+        Address of the source.
+    d_dst : int
+        Address of the destination.
+    count : int
+        Number of bytes.
+    stream : Stream or object with ``__cuda_stream__``, optional
+        The stream the copy is ordered on. The call returns once the copy is queued (as in
+        rmm, also on the default stream).
+
+    Raises
+    ------
+    TypeError
+        If ``stream`` is None or an address or ``count`` is not an int.
+    nbrmm.ArgumentRangeError
+        If an address or ``count`` is negative or does not fit in 64 bits.
+    nbrmm.InvalidArgumentError
+        If an address is not memory CUDA knows, or a range runs past its allocation.
+    nbrmm.CudaError
+        If CUDA fails (e.g. no GPU).
     """
 
 class level_enum(enum.IntEnum):
@@ -1159,6 +1276,11 @@ class level_enum(enum.IntEnum):
     off = 6
     """Nothing is logged."""
 
+    n_levels = 7
+    """
+    Not a level: the number of levels (rmm exposes it too; as a logging level it silences the logger like ``off``).
+    """
+
 def should_log(level: level_enum) -> bool:
     """
     Whether librmm's debug logger writes messages of ``level``.
@@ -1172,6 +1294,11 @@ def should_log(level: level_enum) -> bool:
     -------
     bool
         True when ``level`` is at or above the logging level (see :func:`set_logging_level`).
+
+    Raises
+    ------
+    TypeError
+        If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).
     """
 
 def set_logging_level(level: level_enum) -> None:
@@ -1185,6 +1312,11 @@ def set_logging_level(level: level_enum) -> None:
     ----------
     level : level_enum
         The new logging level.
+
+    Raises
+    ------
+    TypeError
+        If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).
     """
 
 def get_logging_level() -> level_enum:
@@ -1208,6 +1340,11 @@ def set_flush_level(level: level_enum) -> None:
     ----------
     level : level_enum
         The flush level.
+
+    Raises
+    ------
+    TypeError
+        If ``level`` is not a ``level_enum`` member (an int is refused, as in rmm).
     """
 
 def get_flush_level() -> level_enum:

@@ -58,4 +58,9 @@ def loads(data, *, mr=None, buffers=None):
         return pickle.loads(data, buffers=buffers)
 
 
+def _reduce(self):
+    return _reduce_ex(self, 2)
+
+
 _nbrmm.Buffer.__reduce_ex__ = _reduce_ex
+_nbrmm.Buffer.__reduce__ = _reduce  # as rmm's DeviceBuffer has; code may call it directly

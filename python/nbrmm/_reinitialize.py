@@ -35,9 +35,13 @@ def register_reinitialize_hook(func, *args, **kwargs):
 
 
 def unregister_reinitialize_hook(func):
-    """Remove every registration of ``func`` (no error when there is none)."""
+    """Remove every registration of ``func`` (no error when there is none).
+
+    Registrations are matched by equality, as in rmm, so a bound method registered as
+    ``obj.method`` is removed by passing ``obj.method`` again.
+    """
     with _lock:
-        _hooks[:] = [h for h in _hooks if h[0] is not func]
+        _hooks[:] = [h for h in _hooks if h[0] != func]
 
 
 def _make_resource(pool_allocator, managed_memory, initial_pool_size, maximum_pool_size,
@@ -71,9 +75,9 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
     managed_memory : bool
         Use managed (unified) memory instead of ``cudaMalloc``.
     initial_pool_size, maximum_pool_size : int or str, optional
-        Pool sizes (``pool_allocator=True`` only).
-    devices : int or list of int
-        The devices to set up.
+        Pool sizes; ignored unless ``pool_allocator`` is True (as in rmm).
+    devices : int or list of int, optional
+        The devices to set up (None: device 0).
     logging : bool
         Log every allocation and free to a CSV file per device.
     log_file_name : str, optional
@@ -82,20 +86,41 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
     Raises
     ------
     ValueError
-        If a device does not exist or the sizes are invalid; nothing is changed then.
+        If a size string does not parse.
+    nbrmm.InvalidArgumentError
+        If a device does not exist or the pool sizes are invalid (a ``ValueError``, and
+        a ``RuntimeError`` as rmm raises).
+    TypeError
+        If ``devices`` is not an int or a list of ints.
+
+    The devices and size strings are checked before any hook runs; the pool's own checks
+    (multiples of 256, initial size within the maximum) run when the resources are built,
+    after the hooks and before any device's resource changes. On any error no device's
+    resource is changed.
     """
-    if isinstance(devices, int):
+    if devices is None:
+        devices = [0]
+    elif isinstance(devices, int):
         devices = [devices]
-    devices = list(devices)
-    if any(not isinstance(d, int) for d in devices):
+    try:
+        devices = list(devices)
+    except TypeError:
+        devices = None
+    if devices is None or any(not isinstance(d, int) or isinstance(d, bool) for d in devices):
         raise TypeError("devices: expected an int or a list of ints")
+    if pool_allocator:  # as in rmm, the sizes are not looked at without a pool
+        for name, size in (("initial_pool_size", initial_pool_size),
+                           ("maximum_pool_size", maximum_pool_size)):
+            if size is not None:
+                _nbrmm._parse_size(size, name)
+    else:
+        initial_pool_size = maximum_pool_size = None
     count = _nbrmm.get_device_count()
     for d in devices:
         if not 0 <= d < count:
-            raise ValueError(f"devices: device {d} does not exist "
-                             f"(this machine has {count} CUDA devices)")
-    if not pool_allocator and (initial_pool_size is not None or maximum_pool_size is not None):
-        raise ValueError("initial_pool_size/maximum_pool_size need pool_allocator=True")
+            raise _nbrmm.InvalidArgumentError(
+                f"devices: device {d} does not exist (this machine has {count} CUDA devices)"
+            )
     with _lock:
         hooks = list(reversed(_hooks))
     for func, args, kwargs in hooks:

@@ -1,1 +1,14 @@
+import importlib.resources as _resources
+
 __version__ = "0.1.0"
+
+
+def _read_git_commit():
+    """The commit the package was built from (written at build time; empty when unknown)."""
+    try:
+        return _resources.files(__package__).joinpath("GIT_COMMIT").read_text().strip()
+    except (FileNotFoundError, OSError):
+        return ""
+
+
+__git_commit__ = _read_git_commit()

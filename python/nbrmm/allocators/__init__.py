@@ -12,6 +12,35 @@ of them, nor any framework):
 
 Every hook frees each allocation to the resource that made it, on the stream it was made
 on, even when the current device resource changes in between.
+
+As in rmm, each module imports without its framework; its hooks then raise
+``ModuleNotFoundError`` (naming the framework and how to install it) when used.
 """
 
 __all__: list[str] = []
+
+
+class _Missing:
+    """Why a hook module's framework is unavailable, and the error raised on use."""
+
+    def __init__(self, package, install, error):
+        self.package = package  # the module that failed to import, e.g. "cupy"
+        self.install = install  # what to install, in words
+        self.error = error  # the ImportError
+
+    def raise_for(self, what):
+        """Raise ``ModuleNotFoundError`` for a use of ``what`` (a qualified name)."""
+        raise ModuleNotFoundError(
+            f"{what} needs {self.install}. Importing {self.package!r} failed: {self.error}",
+            name=self.package,
+        ) from self.error
+
+    def function(self, what, doc):
+        """A stand-in for the function ``what`` that raises on every call."""
+
+        def unavailable(*args, **kwargs):
+            self.raise_for(what)
+
+        unavailable.__name__ = unavailable.__qualname__ = what.rsplit(".", 1)[-1]
+        unavailable.__doc__ = doc
+        return unavailable

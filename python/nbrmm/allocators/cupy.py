@@ -17,22 +17,22 @@ allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's erro
 
 import atexit
 
+from nbrmm import _nbrmm
+from nbrmm._nbrmm import Stream  # noqa: F401 - rmm.allocators.cupy has it too
+from nbrmm.allocators import _Missing
+
 try:
     import cupy.cuda.memory as _cupy_memory
     import cupy.cuda.stream as _cupy_stream
-except ImportError as exc:
-    raise ImportError(
-        "nbrmm.allocators.cupy needs CuPy: install the 'cupy' package for your CUDA "
-        f"version (e.g. cupy-cuda13x). Importing it failed: {exc}",
-        name="cupy",
-    ) from exc
-
-try:
-    import cupy_backends.cuda.stream as _cupy_backends_stream
-except ImportError:  # older CuPy: the current stream is read through cupy.cuda.stream
-    _cupy_backends_stream = None
-
-from nbrmm import _nbrmm
+except ImportError as exc:  # as in rmm, the module imports; its hooks raise when used
+    _missing = _Missing("cupy", "CuPy (the 'cupy' package for your CUDA version, e.g. "
+                        "cupy-cuda13x)", exc)
+else:
+    _missing = None
+    try:
+        import cupy_backends.cuda.stream as _cupy_backends_stream
+    except ImportError:  # older CuPy: the current stream is read through cupy.cuda.stream
+        _cupy_backends_stream = None
 
 
 def _set_paths(*, fast_pointer=True, stream_by_device=True):
@@ -56,7 +56,8 @@ def _set_paths(*, fast_pointer=True, stream_by_device=True):
     )
 
 
-_set_paths()
+if _missing is None:
+    _set_paths()
 
 
 def cupy_allocator(mr=None, stream=None):
@@ -82,19 +83,31 @@ def cupy_allocator(mr=None, stream=None):
     ------
     TypeError
         If ``mr`` is not an nbrmm resource or ``stream`` is not stream-like.
+    ModuleNotFoundError
+        If CuPy cannot be imported.
     """
+    if _missing is not None:
+        _missing.raise_for("nbrmm.allocators.cupy.cupy_allocator")
     return _nbrmm._cupy_allocator(mr, stream)
 
 
-#: The rmm-compatible hook: ``rmm_cupy_allocator(nbytes)`` allocates from the current
-#: device resource on CuPy's current stream.
-rmm_cupy_allocator = cupy_allocator()
+if _missing is None:
+    #: The rmm-compatible hook: ``rmm_cupy_allocator(nbytes)`` allocates from the current
+    #: device resource on CuPy's current stream.
+    rmm_cupy_allocator = cupy_allocator()
 
-#: The class of the allocators made by :func:`cupy_allocator`.
-CupyAllocator = type(rmm_cupy_allocator)
+    #: The class of the allocators made by :func:`cupy_allocator`.
+    CupyAllocator = type(rmm_cupy_allocator)
 
-#: The class of the memory objects behind the MemoryPointers the allocators return.
-Memory = _nbrmm._cupy_memory_type()
+    #: The class of the memory objects behind the MemoryPointers the allocators return.
+    Memory = _nbrmm._cupy_memory_type()
+else:
+    rmm_cupy_allocator = _missing.function(
+        "nbrmm.allocators.cupy.rmm_cupy_allocator",
+        "The rmm-compatible CuPy hook (CuPy is not available: calling it raises "
+        "ModuleNotFoundError).",
+    )
+    CupyAllocator = Memory = None
 
 
 def _uninstall_at_exit():
@@ -105,6 +118,8 @@ def _uninstall_at_exit():
     CuPy falls back to its raw allocator; memory already handed to CuPy still returns to
     the resource that allocated it.
     """
+    if _missing is not None:
+        return
     try:
         if isinstance(_cupy_memory.get_allocator(), CupyAllocator):
             _cupy_memory.set_allocator(None)

@@ -19,30 +19,32 @@ interface has no stream); each is freed to the resource that allocated it.
 
 from collections import namedtuple as _namedtuple
 
+from nbrmm.allocators import _Missing
+
+_missing = None
 try:
     from numba import cuda as _cuda
     from numba.cuda import HostOnlyCUDAMemoryManager, IpcHandle, MemoryPointer
-except ImportError as exc:
-    raise ImportError(
-        "nbrmm.allocators.numba needs Numba's CUDA target: install the 'numba-cuda' "
-        f"package (it provides numba.cuda). Importing it failed: {exc}",
-        name="numba",
-    ) from exc
+except ImportError as exc:  # as in rmm's other hooks, the module imports; use raises
+    _missing = _Missing("numba", "Numba's CUDA target (the 'numba-cuda' package, which "
+                        "provides numba.cuda)", exc)
+else:
+    try:
+        from cuda.bindings.driver import CUdeviceptr as _CUdeviceptr
+        from cuda.bindings.driver import cuIpcGetMemHandle as _cuIpcGetMemHandle
+    except ImportError as exc:
+        _missing = _Missing("cuda.bindings", "the 'cuda-bindings' package (a dependency "
+                            "of numba-cuda)", exc)
+    try:
+        from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo
+    except ImportError:  # pragma: no cover - older numba-cuda layouts
+        _MemoryInfo = _namedtuple("MemoryInfo", "free,total")
 
-try:
-    from cuda.bindings.driver import CUdeviceptr as _CUdeviceptr
-    from cuda.bindings.driver import cuIpcGetMemHandle as _cuIpcGetMemHandle
-except ImportError as exc:
-    raise ImportError(
-        "nbrmm.allocators.numba needs the 'cuda-bindings' package (a dependency of "
-        f"numba-cuda). Importing it failed: {exc}",
-        name="cuda.bindings",
-    ) from exc
+if _missing is not None:
 
-try:
-    from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo
-except ImportError:  # pragma: no cover - older numba-cuda layouts
-    _MemoryInfo = _namedtuple("MemoryInfo", "free,total")
+    class HostOnlyCUDAMemoryManager:  # noqa: D101 - the stand-in base without Numba
+        def __init__(self, *args, **kwargs):
+            _missing.raise_for("nbrmm.allocators.numba.RMMNumbaManager")
 
 from nbrmm import DEFAULT_STREAM as _DEFAULT_STREAM
 from nbrmm import Buffer as _Buffer
@@ -156,7 +158,11 @@ def numba_manager(mr=None):
     ------
     TypeError
         If ``mr`` is not an nbrmm resource.
+    ModuleNotFoundError
+        If Numba's CUDA target cannot be imported.
     """
+    if _missing is not None:
+        _missing.raise_for("nbrmm.allocators.numba.numba_manager")
     if mr is None:
         return RMMNumbaManager
     if not isinstance(mr, _DeviceMemoryResource):

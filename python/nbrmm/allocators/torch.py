@@ -25,19 +25,18 @@ A failed allocation raises the C++ error into torch, which reports it as a
 ``torch.cuda.OutOfMemoryError``).
 """
 
-try:
-    import torch as _torch
-    from torch.cuda.memory import CUDAPluggableAllocator as _CUDAPluggableAllocator
-except ImportError as exc:
-    raise ImportError(
-        "nbrmm.allocators.torch needs PyTorch: install the 'torch' package (a CUDA "
-        f"build). Importing it failed: {exc}",
-        name="torch",
-    ) from exc
-
 import threading as _threading
 
 from nbrmm import _nbrmm
+from nbrmm.allocators import _Missing
+
+try:
+    import torch as _torch
+    from torch.cuda.memory import CUDAPluggableAllocator as _CUDAPluggableAllocator
+except ImportError as exc:  # as in rmm, the module imports; its hooks raise when used
+    _missing = _Missing("torch", "PyTorch (the 'torch' package, a CUDA build)", exc)
+else:
+    _missing = None
 
 _LIBRARY = _nbrmm.__file__
 _lock = _threading.Lock()
@@ -69,7 +68,11 @@ def torch_allocator(mr=None):
         If a resource was created on another device than its key, or too many different
         bindings were made (a binding stays alive for the life of the process, since torch
         may call it at any time).
+    ModuleNotFoundError
+        If PyTorch cannot be imported.
     """
+    if _missing is not None:
+        _missing.raise_for("nbrmm.allocators.torch.torch_allocator")
     slot = _nbrmm._torch_bind(mr)
     with _lock:
         allocator = _by_slot.get(slot)
@@ -82,7 +85,9 @@ def torch_allocator(mr=None):
 
 
 #: The rmm-compatible hook: a ``CUDAPluggableAllocator`` that allocates from the current
-#: device resource (None when torch has no usable CUDA, as in rmm).
-rmm_torch_allocator = torch_allocator() if _torch.cuda.is_available() else None
+#: device resource (None without PyTorch or when torch has no usable CUDA, as in rmm).
+rmm_torch_allocator = (
+    torch_allocator() if _missing is None and _torch.cuda.is_available() else None
+)
 
 __all__ = ["rmm_torch_allocator", "torch_allocator"]
