@@ -1,0 +1,126 @@
+"""Code that Dask workers run in the tests: resource factories and probes.
+
+The workers are separate processes that import this module by name (the tests folder is
+on their ``sys.path``, which they inherit), so everything here is picklable by reference.
+"""
+
+import nbrmm
+import nbrmm.mr
+from helpers import HostHeap
+
+#: Buffers the probes keep alive on a worker, by name.
+HELD = {}
+
+
+def host_heap_factory():
+    """A resource over host memory (aligned_alloc/free); needs no GPU."""
+    return HostHeap().resource()
+
+
+def counted_cuda_factory():
+    """``cudaMalloc`` under a statistics adaptor, to count what a pool takes from it."""
+    return nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
+
+
+def failing_factory():
+    raise RuntimeError("this factory fails on purpose")
+
+
+def not_a_resource_factory():
+    return "not a resource"
+
+
+def chain(res):
+    """Class names of ``res`` and its upstream resources, top first."""
+    names = []
+    while res is not None:
+        names.append(type(res).__name__)
+        res = getattr(res, "upstream_mr", None)
+    return names
+
+
+def bottom(res):
+    """The last resource of ``res``'s chain."""
+    while getattr(res, "upstream_mr", None) is not None:
+        res = res.upstream_mr
+    return res
+
+
+def describe(dask_worker):
+    """What the worker's process holds: its device, current resource chain, counters,
+    plugins and metrics."""
+    import os
+
+    device = nbrmm.get_current_device()
+    res = nbrmm.mr.get_per_device_resource(device)
+    counts = getattr(res, "allocation_counts", None)
+    from nbrmm.dask import _diagnostics
+
+    return {
+        "pid": os.getpid(),
+        "device": device,
+        "chain": chain(res),
+        "current_bytes": None if counts is None else counts.current_bytes,
+        "total_count": None if counts is None else counts.total_count,
+        "plugins": sorted(dask_worker.plugins),
+        "nbrmm_metric": dask_worker.metrics.get("nbrmm") is _diagnostics.nbrmm_metric,
+        "rmm_metric": dask_worker.metrics.get("rmm") is _diagnostics.rmm_metric,
+        "has_rmm_metric": "rmm" in dask_worker.metrics,
+    }
+
+
+def hold(name, nbytes):
+    """Allocate a buffer from the current resource and keep it (and its resource)."""
+    buf = nbrmm.Buffer(nbytes)
+    HELD[name] = buf
+    HELD[name + ".mr"] = buf.mr
+    return buf.mr.allocation_counts.current_bytes
+
+
+def held_is_current(name):
+    """Whether the held buffer's resource is the current resource."""
+    return HELD[name].mr == nbrmm.mr.get_current_device_resource()
+
+
+def release(name):
+    """Drop the held buffer; returns the bytes its resource still counts."""
+    del HELD[name]
+    return HELD.pop(name + ".mr").allocation_counts.current_bytes
+
+
+def make_buffer(nbytes, cls_name="Buffer"):
+    """A buffer of ``nbytes`` from the current resource, filled with a pattern."""
+    cls = getattr(nbrmm, cls_name)
+    buf = cls(size=nbytes) if cls is nbrmm.DeviceBuffer else cls(nbytes)
+    if nbytes:
+        buf.copy_from_host(pattern(nbytes))
+    return buf
+
+
+def pattern(nbytes):
+    return bytes(i % 251 for i in range(nbytes))
+
+
+def inspect_buffer(buf):
+    """What a worker received: class, size, contents and whether it came from the
+    receiver's current resource."""
+    current = nbrmm.mr.get_current_device_resource()
+    counts = current.allocation_counts
+    return {
+        "class": type(buf).__name__,
+        "nbytes": buf.nbytes,
+        "from_current": buf.mr == current,
+        "contents_ok": buf.tobytes() == pattern(buf.nbytes) if buf.nbytes else True,
+        "current_bytes": counts.current_bytes,
+    }
+
+
+def nbrmm_worker_metric(dask_worker):
+    """The ``nbrmm`` and ``rmm`` entries of the worker's metrics, evaluated as its
+    heartbeat evaluates them (``Worker.get_metrics`` itself may run only in heartbeats)."""
+    return {key: dask_worker.metrics[key](dask_worker) for key in ("nbrmm", "rmm")}
+
+
+def task_nbytes(dask_worker, key):
+    """The size Dask recorded for a task's result on this worker."""
+    return dask_worker.state.tasks[key].nbytes
