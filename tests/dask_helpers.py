@@ -124,3 +124,64 @@ def nbrmm_worker_metric(dask_worker):
 def task_nbytes(dask_worker, key):
     """The size Dask recorded for a task's result on this worker."""
     return dask_worker.state.tasks[key].nbytes
+
+
+# --- GPU workers ----------------------------------------------------------------------
+
+
+def wave_block(block_info=None):
+    """One block of ``sin(0.01 i) + cos(0.02 j)`` as a CuPy array, made on the worker."""
+    import cupy
+
+    (r0, r1), (c0, c1) = block_info[None]["array-location"]
+    i = cupy.arange(r0, r1, dtype=cupy.float32)[:, None]
+    j = cupy.arange(c0, c1, dtype=cupy.float32)[None, :]
+    return cupy.sin(i * 0.01) + cupy.cos(j * 0.02)
+
+
+def to_host(block):
+    """A CuPy block copied to a NumPy array."""
+    import cupy
+
+    return cupy.asnumpy(block)
+
+
+def cupy_state(dask_worker=None):
+    """Whether CuPy allocates through nbrmm's hook, and what CuPy's own pool holds."""
+    import cupy
+
+    from nbrmm.allocators.cupy import CupyAllocator
+
+    return {
+        "hook": isinstance(cupy.cuda.memory.get_allocator(), CupyAllocator),
+        "cupy_pool_bytes": cupy.get_default_memory_pool().total_bytes(),
+    }
+
+
+def counters(dask_worker=None):
+    """The counters of every statistics adaptor in the current resource's chain, top
+    first, and the size of its pool (None without one)."""
+    res = nbrmm.mr.get_current_device_resource()
+    found, pool = [], None
+    while res is not None:
+        if isinstance(res, nbrmm.mr.StatisticsResourceAdaptor):
+            found.append(res.allocation_counts)
+        if isinstance(res, nbrmm.mr.PoolMemoryResource):
+            pool = res.pool_size()
+        res = getattr(res, "upstream_mr", None)
+    return {"statistics": found, "pool_size": pool}
+
+
+def numba_round_trip(nbytes):
+    """A Numba device array filled and read back; returns whether the contents survived
+    and the bytes the current statistics adaptor counted while it was alive."""
+    import numpy as np
+    from numba import cuda
+
+    data = np.arange(nbytes, dtype=np.uint8)
+    d = cuda.to_device(data)
+    counted = nbrmm.mr.get_current_device_resource().allocation_counts.current_bytes
+    ok = bool((d.copy_to_host() == data).all())
+    manager = type(cuda.current_context().memory_manager).__name__
+    del d
+    return {"ok": ok, "counted": counted, "manager": manager}

@@ -43,7 +43,7 @@ from dask_helpers import (  # noqa: E402
     release,
     task_nbytes,
 )
-from helpers import HostHeap  # noqa: E402
+from helpers import HostHeap, run_python  # noqa: E402
 from nbrmm.dask import NbrmmSetup, gather_statistics  # noqa: E402
 from nbrmm.dask._diagnostics import add_metrics, remove_metrics  # noqa: E402
 from nbrmm.dask._options import Size, parse_size  # noqa: E402
@@ -295,6 +295,29 @@ def test_missing_library_is_named():
     assert nbrmm.mr.get_per_device_resource(device) == before
 
 
+def test_interpreter_exit_with_a_configuration_installed():
+    # A worker process may exit without tearing its plugins down: nothing may leak.
+    code = f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        import nbrmm, nbrmm.dask
+        from dask_helpers import host_heap_factory
+
+        class Worker:
+            name = "w"
+            metrics = {{}}
+
+        nbrmm.dask.NbrmmSetup(factory=host_heap_factory, initial_pool_size="1MiB",
+                              track_allocations=True).setup(Worker())
+        kept = nbrmm.Buffer(1000)
+        print(nbrmm.dask.memory_usage())
+    """
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(1000, 1048576)"
+    assert "leaked" not in out.stderr
+
+
 def test_metrics_restore_only_what_they_replaced():
     worker = FakeWorker()
     add_metrics(worker)
@@ -435,9 +458,8 @@ def cluster():
             n_workers=0,
             processes=True,
             threads_per_worker=1,
-            dashboard_address=None,
+            dashboard_address=":0",  # the scheduler's HTTP server on a free port
             scheduler_kwargs={"dashboard": False},
-            worker_dashboard_address=None,
         ) as cluster, distributed.Client(cluster, timeout=TIMEOUT) as client:
             yield cluster, client
         assert multiprocessing.active_children() == []

@@ -398,3 +398,4 @@ def _uninstall(config):
     if _active is config:
         _active = None
 
+
