@@ -417,12 +417,26 @@ def test_sizeof_entry_point_registers_without_nbrmm_dask(tmp_path):
         print(dask.sizeof.sizeof(buf))
     """)
     env = dict(os.environ)
+    package_parent = pathlib.Path(nbrmm.__file__).resolve().parents[1]  # wherever it is built
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(tmp_path), str(ROOT / "python"), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+        [str(tmp_path), str(package_parent), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "777"
+
+
+def test_docs_examples_without_a_gpu_run():
+    import doctest
+    import re
+
+    text = (ROOT / "docs" / "dask.md").read_text()
+    blocks = [b for b in re.findall(r"```pycon\n(.*?)```", text, re.S) if "needs a GPU" not in b]
+    assert blocks
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for i, block in enumerate(blocks):
+        runner.run(doctest.DocTestParser().get_doctest(block, {}, f"dask.md[{i}]", "dask.md", 0))
+    assert runner.summarize(verbose=False) == (0, runner.tries) and runner.tries >= 4
 
 
 def test_nbrmm_dask_names_are_documented():

@@ -107,7 +107,9 @@ def parse_size(name, value):
     try:
         n = value if isinstance(value, int) else parse_bytes(value)
     except (ValueError, OverflowError) as exc:
-        raise ValueError(f"{name}: cannot read {value!r} as a size ({exc})") from None
+        raise ValueError(
+            f"{name}: cannot read {value!r} as a number of bytes such as '4GB' or '4GiB'"
+        ) from exc
     if n < 0:
         raise ValueError(f"{name}: must not be negative, got {value!r}")
     if n > _MAX_BYTES:
