@@ -318,6 +318,47 @@ def test_interpreter_exit_with_a_configuration_installed():
     assert "leaked" not in out.stderr
 
 
+def test_torch_refusing_a_new_allocator_leaves_the_previous_configuration(monkeypatch):
+    # torch takes a new allocator only before its first CUDA allocation; a stand-in torch
+    # that refuses shows the order of the steps (torch first, then everything else).
+    import types
+
+    from nbrmm.dask import _plugin
+
+    installed_allocators = []
+
+    def change_current_allocator(allocator):
+        if installed_allocators:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        installed_allocators.append(allocator)
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(
+        memory=types.SimpleNamespace(change_current_allocator=change_current_allocator))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    device = nbrmm.get_current_device()
+    before = nbrmm.mr.get_per_device_resource(device)
+
+    def configuration(owner):
+        return _plugin._Configuration(owner=owner, device=device,
+                                      resource=HostHeap().resource(), logging=None,
+                                      hooks={"torch": object()})
+
+    first = configuration("first")
+    with _plugin._lock:
+        _plugin._install(first)
+    assert nbrmm.mr.get_per_device_resource(device) is first.resource
+    assert installed_allocators == [first.hooks["torch"]]
+    second = configuration("second")
+    with pytest.raises(RuntimeError, match="external_lib_list: torch cannot take a new allocator"):
+        with _plugin._lock:
+            _plugin._install(second)
+    assert nbrmm.mr.get_per_device_resource(device) is first.resource  # left whole
+    with _plugin._lock:
+        _plugin._uninstall(first)
+    assert nbrmm.mr.get_per_device_resource(device) == before
+
+
 def test_metrics_restore_only_what_they_replaced():
     worker = FakeWorker()
     add_metrics(worker)

@@ -162,6 +162,8 @@ def test_fraction_of_device_memory_and_metric(cuda_client):
     from nbrmm.dask import NbrmmSetup
 
     cuda_client.register_plugin(NbrmmSetup(initial_pool_size=0.01))
+    # The previous configuration's CuPy hook went with it: CuPy has its own pool back.
+    assert _only(cuda_client.run(cupy_state))["hook"] is False
     total = nbrmm.get_device_info(0)["total_memory"]
     expected = int(total * 0.01) // 256 * 256
     assert _only(cuda_client.run(counters))["pool_size"] == expected

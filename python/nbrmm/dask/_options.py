@@ -47,10 +47,9 @@ class Size:
             n = int(total * self.fraction)
         return n // ALIGNMENT * ALIGNMENT
 
-    def __str__(self):
-        if self.fraction is not None:
-            return f"{self.fraction:g} of the device's memory"
-        return f"{self.bytes} bytes"
+    def __repr__(self):
+        # As the option is written: a float is a fraction, an int a number of bytes.
+        return repr(self.bytes if self.fraction is None else self.fraction)
 
 
 def _fraction(value):

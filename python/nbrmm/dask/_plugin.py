@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import threading
 from dataclasses import dataclass
@@ -35,37 +36,15 @@ class _Configuration:
     owner: object  #: the plugin instance that installed it
     device: int
     resource: object  #: the top of the graph, set in librmm's map
-    statistics: object | None  #: the statistics adaptor on top, if any
     logging: object | None  #: the logging adaptor, if any
     hooks: dict  #: library name -> allocator object (CuPy, torch) or manager class (Numba)
     previous: object = None  #: the resource of ``device`` before this configuration
     previous_cupy: object = None  #: CuPy's allocator before this configuration
 
 
-#: The options, in the order of the signature.
-_OPTIONS = (
-    "initial_pool_size",
-    "maximum_pool_size",
-    "managed_memory",
-    "async_alloc",
-    "release_threshold",
-    "log_directory",
-    "track_allocations",
-    "external_lib_list",
-    "factory",
-    "statistics",
-)
-
-
 def _same(a, b):
     """The same resource: one object, or two objects over the same librmm resource."""
     return a is b or a == b
-
-
-def active_configuration():
-    """The configuration installed in this process, or None."""
-    with _lock:
-        return _active
 
 
 class NbrmmSetup(WorkerPlugin):
@@ -220,7 +199,9 @@ class NbrmmSetup(WorkerPlugin):
 
     def __repr__(self):
         shown = []
-        for key in _OPTIONS:
+        for key in inspect.signature(type(self).__init__).parameters:
+            if key == "self":
+                continue
             value = getattr(self, key)
             if key == "statistics" or value not in (None, False, ()):
                 shown.append(f"{key}={value!r}")
@@ -293,9 +274,8 @@ class NbrmmSetup(WorkerPlugin):
             )
         if self.track_allocations:
             res = _mr.TrackingResourceAdaptor(res)
-        statistics = None
         if self.statistics:
-            res = statistics = _mr.StatisticsResourceAdaptor(res)
+            res = _mr.StatisticsResourceAdaptor(res)
 
         hooks = {}
         for library in self.external_lib_list:
@@ -316,7 +296,6 @@ class NbrmmSetup(WorkerPlugin):
             owner=self,
             device=device,
             resource=res,
-            statistics=statistics,
             logging=logging,
             hooks=hooks,
         )
