@@ -9,7 +9,7 @@ import nbrmm.mr
 from helpers import HostHeap
 
 #: Buffers the probes keep alive on a worker, by name.
-HELD = {}
+HELD: dict = {}
 
 
 def host_heap_factory():

@@ -8,7 +8,6 @@ is built on the workers by a factory from ``dask_helpers.py``.
 import faulthandler
 import gc
 import importlib
-import importlib.metadata
 import multiprocessing
 import os
 import pathlib
@@ -100,7 +99,7 @@ BAD_OPTIONS = [
 
 
 @pytest.mark.parametrize(("options", "error", "match"), BAD_OPTIONS,
-                         ids=[f"{i}-{next(iter(o))}" for i, (o, _, _) in enumerate(BAD_OPTIONS)])
+                         ids=[f"{i}-{'-'.join(o)}" for i, (o, _, _) in enumerate(BAD_OPTIONS)])
 def test_bad_options_are_rejected_on_the_client(options, error, match):
     if error is None:
         NbrmmSetup(**options)

@@ -7,6 +7,7 @@ Every test needs a GPU (``gpu`` marker). Missing libraries skip the test, which
 """
 
 import contextlib
+import faulthandler
 import time
 import warnings
 
@@ -31,6 +32,8 @@ from dask_helpers import (
 pytestmark = pytest.mark.gpu
 
 TIMEOUT = 120
+#: The whole module is stopped (with every thread's traceback) past this many seconds.
+MODULE_DEADLINE = 480
 #: The workers' pool: fixed size (maximum = initial), so it cannot take more memory from
 #: CUDA than the one block it starts with.
 POOL = 1 << 30
@@ -55,6 +58,14 @@ def _third_party_warnings_shown():
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _deadline():
+    """Stops the run, with every thread's traceback, if this module hangs."""
+    faulthandler.dump_traceback_later(MODULE_DEADLINE, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")

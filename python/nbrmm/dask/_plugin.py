@@ -303,8 +303,9 @@ class NbrmmSetup(WorkerPlugin):
     def setup(self, worker=None):
         """Build this worker's resource graph and install it (see the class notes).
 
-        Nothing is changed when building fails (a bad factory, a missing library, a pool
-        larger than the device): the exception reaches ``client.register_plugin``.
+        When building fails (a bad factory, a missing library, a pool larger than the
+        device), nothing of the new configuration is installed and the exception reaches
+        ``client.register_plugin``.
         """
         device = _get_current_device()
         config = self._build(device, worker)
