@@ -115,10 +115,32 @@ def inspect_buffer(buf):
     }
 
 
+def inspect_buffer_bytes(buf):
+    """Like :func:`inspect_buffer`, for any current resource (with or without statistics)."""
+    return {
+        "nbytes": buf.nbytes,
+        "contents_ok": buf.tobytes() == pattern(buf.nbytes),
+        "from_current": buf.mr == nbrmm.mr.get_current_device_resource(),
+    }
+
+
 def nbrmm_worker_metric(dask_worker):
     """The ``nbrmm`` and ``rmm`` entries of the worker's metrics, evaluated as its
     heartbeat evaluates them (``Worker.get_metrics`` itself may run only in heartbeats)."""
     return {key: dask_worker.metrics[key](dask_worker) for key in ("nbrmm", "rmm")}
+
+
+def stand_in_rmm_metric(worker):
+    """Plays distributed's ``rmm`` metric (registered where rmm can be imported)."""
+    return {"rmm-used": -1, "rmm-total": -1}
+
+
+def give_rmm_metric(dask_worker):
+    dask_worker.metrics["rmm"] = stand_in_rmm_metric
+
+
+def has_stand_in_rmm_metric(dask_worker):
+    return dask_worker.metrics.get("rmm") is stand_in_rmm_metric
 
 
 def task_nbytes(dask_worker, key):

@@ -32,6 +32,8 @@ from dask_helpers import (  # noqa: E402
     counted_cuda_factory,
     describe,
     failing_factory,
+    give_rmm_metric,
+    has_stand_in_rmm_metric,
     held_is_current,
     hold,
     host_heap_factory,
@@ -588,6 +590,17 @@ def test_registering_again_leaves_one_configuration(cluster, tmp_path):
         assert worker["chain"] == ["CudaMemoryResource"]  # librmm's initial resource
         assert "nbrmm" not in worker["plugins"]
         assert not worker["nbrmm_metric"] and not worker["rmm_metric"]
+
+
+def test_the_rmm_metric_is_replaced_and_put_back(cluster):
+    cluster, client = cluster
+    client.register_plugin(NbrmmSetup(factory=host_heap_factory))
+    _two_workers(cluster, client)
+    client.run(give_rmm_metric)  # as distributed's own, where rmm can be imported
+    client.register_plugin(NbrmmSetup(factory=host_heap_factory))
+    assert all(w["rmm_metric"] for w in _describe(client).values())
+    client.unregister_worker_plugin("nbrmm")
+    assert set(client.run(has_stand_in_rmm_metric).values()) == {True}
 
 
 def test_worker_restart_sets_up_the_new_process_once(cluster):

@@ -22,6 +22,7 @@ from dask_helpers import (
     cupy_state,
     describe,
     inspect_buffer,
+    inspect_buffer_bytes,
     make_buffer,
     numba_round_trip,
     pattern,
@@ -187,6 +188,51 @@ def test_fraction_of_device_memory_and_metric(cuda_client):
         w["metrics"].get("rmm", {}).get("rmm-total") == expected
         for w in cuda_client.scheduler_info()["workers"].values()),
         "the scheduler to receive the rmm metric")
+
+
+@pytest.mark.parametrize(
+    ("options", "chain"),
+    [
+        (dict(async_alloc=True, initial_pool_size="64MiB", maximum_pool_size="256MiB",
+              release_threshold="64MiB"),
+         ["StatisticsResourceAdaptor", "LimitingResourceAdaptor", "CudaAsyncMemoryResource"]),
+        (dict(managed_memory=True, initial_pool_size="64MiB", maximum_pool_size="128MiB"),
+         ["StatisticsResourceAdaptor", "PoolMemoryResource", "ManagedMemoryResource"]),
+        (dict(managed_memory=True, track_allocations=True, statistics=False),
+         ["TrackingResourceAdaptor", "ManagedMemoryResource"]),
+    ],
+    ids=["async", "managed-pool", "managed-tracked"],
+)
+def test_dask_cuda_options_build_dask_cudas_graph(cuda_client, options, chain):
+    from nbrmm.dask import NbrmmSetup, gather_statistics
+
+    cuda_client.register_plugin(NbrmmSetup(**options))
+    assert _only(cuda_client.run(describe))["chain"] == chain
+    made = cuda_client.submit(make_buffer, 1 << 20, pure=False)
+    seen = cuda_client.submit(inspect_buffer_bytes, made, pure=False).result(timeout=TIMEOUT)
+    assert seen == {"nbytes": 1 << 20, "contents_ok": True, "from_current": True}
+    (row,) = gather_statistics(cuda_client, frame=False)
+    if options.get("statistics", True):
+        assert row["current_bytes"] == 1 << 20 and row["total_count"] == 1
+    else:
+        assert row["current_bytes"] is None
+    del made
+
+
+def test_log_files_per_worker(cuda_client, tmp_path):
+    from nbrmm.dask import NbrmmSetup
+
+    cuda_client.register_plugin(NbrmmSetup(initial_pool_size="64MiB", log_directory=tmp_path))
+    assert _only(cuda_client.run(describe))["chain"] == [
+        "StatisticsResourceAdaptor", "LoggingResourceAdaptor", "PoolMemoryResource",
+        "CudaMemoryResource"]
+    cuda_client.submit(make_buffer, 4096, pure=False).result(timeout=TIMEOUT)
+    cuda_client.register_plugin(NbrmmSetup())  # tearing down flushes the log
+    (name,) = [w["name"] for w in cuda_client.scheduler_info()["workers"].values()]
+    log = tmp_path / f"rmm_log_{str(name).split('/')[-1]}.dev0.txt"
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("Thread,Time,Action")
+    assert any(",allocate," in line and ",4096," in line for line in lines[1:])
 
 
 def test_device_buffer_sent_between_workers(gpu_client):
