@@ -145,6 +145,14 @@ def test_sizes_read_as_dask_cuda_reads_them(value, expected):
     assert parse_size("initial_pool_size", value) == expected
 
 
+def test_numpy_scalars_are_sizes():
+    np = pytest.importorskip("numpy")
+    assert parse_size("initial_pool_size", np.int64(4096)) == Size(bytes=4096)
+    assert parse_size("initial_pool_size", np.float32(0.5)) == Size(fraction=0.5)
+    with pytest.raises(TypeError, match="initial_pool_size"):
+        parse_size("initial_pool_size", np.bool_(True))
+
+
 def test_sizes_resolve_aligned_and_fractions_of_the_device():
     assert Size(bytes=1000).resolve(0) == 768
     assert Size(bytes=255).resolve(0) == 0

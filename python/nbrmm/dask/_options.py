@@ -10,6 +10,7 @@ bytes (librmm's alignment) on the worker, where the device's memory is known.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -91,6 +92,10 @@ def parse_size(name, value):
     """
     if value is None:
         return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # NumPy integers too
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError(
             f"{name}: expected a number of bytes (int), a fraction of device memory "
