@@ -684,6 +684,17 @@ def test_statistics_table_as_a_dataframe(cluster):
     assert isinstance(gather_statistics(client), pandas.DataFrame)  # the default with pandas
 
 
+def test_statistics_table_without_pandas(cluster, monkeypatch):
+    cluster, client = cluster
+    client.register_plugin(NbrmmSetup(factory=host_heap_factory))
+    _two_workers(cluster, client)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # ``import pandas`` fails
+    with pytest.raises(ImportError, match="frame: True needs pandas"):
+        gather_statistics(client, frame=True)
+    rows = gather_statistics(client)
+    assert isinstance(rows, list) and len(rows) == 2 and rows[0]["total_count"] == 0
+
+
 def test_statistics_table_arguments(cluster):
     _, client = cluster
     with pytest.raises(TypeError, match="client"):

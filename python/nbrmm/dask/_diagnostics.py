@@ -183,9 +183,11 @@ def gather_statistics(client, *, frame=None):
     if frame is not False:
         try:
             import pandas
-        except ImportError:
+        except ImportError as exc:
             if frame:
-                raise
+                raise ImportError(
+                    f"frame: True needs pandas, which cannot be imported ({exc})", name="pandas"
+                ) from exc
     by_worker = client.run(worker_statistics)
     rows = sorted(
         (row for rows in by_worker.values() for row in rows),

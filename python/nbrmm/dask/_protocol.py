@@ -86,10 +86,6 @@ def _register(cls):
                 out.copy_from_host(frame)
         return out
 
-    return dask_serialize_buffer, dask_deserialize_buffer, cuda_serialize_buffer, (
-        cuda_deserialize_buffer
-    )
-
 
 _register(Buffer)
 _register(DeviceBuffer)
