@@ -49,9 +49,8 @@ from nbrmm.dask import NbrmmSetup, gather_statistics  # noqa: E402
 from nbrmm.dask._diagnostics import add_metrics, remove_metrics  # noqa: E402
 from nbrmm.dask._options import Size, parse_size  # noqa: E402
 
-from conftest import HAVE_GPU  # noqa: E402
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+HAVE_GPU = nbrmm.get_device_count() > 0
 #: Seconds any one cluster operation may take before the test fails.
 TIMEOUT = 60
 #: The whole module is stopped (with every thread's traceback) past this many seconds.
