@@ -81,13 +81,13 @@ class Interleaved:
         if self.before_subject is not None:
             self.before_subject()
 
-    def run(self, batch, ops=BATCH):
+    def run(self, batch, ops=BATCH, rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS):
         self.benchmark.extra_info["ops"] = ops
         self.benchmark.pedantic(
             batch,
             setup=self._setup,
-            rounds=ROUNDS,
-            warmup_rounds=WARMUP_ROUNDS,
+            rounds=rounds,
+            warmup_rounds=warmup_rounds,
         )
         self.benchmark.extra_info["reference_ns"] = {
             name: statistics.median(values) for name, values in self.samples.items()

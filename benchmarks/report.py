@@ -37,6 +37,7 @@ PAIRED_RATIO_TARGETS = {
     "cupy_empty": (("cupy", 1.0, "CuPy's MemoryPool"), ("rmm", 0.4, "rmm's rmm_cupy_allocator")),
     "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
     "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
+    "dask_cupy": (("rmm", 1.0, "dask-cuda's rmm_pool_size over rmm 26.10"),),
 }
 #: References of the interleaved cases that explain a subject's time rather than set a
 #: target for it.
@@ -49,6 +50,7 @@ PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
     "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
+    "dask_cupy": "dask.array + CuPy pipeline on a dask-cuda worker, nbrmm's plugin over a pool",
 }
 
 

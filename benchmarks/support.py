@@ -26,8 +26,12 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
     Thread throughput: threads used and allocations per timed call. Paired cases:
     ``ops`` is the number of calls in each timed batch.
 ``target``, ``reference_ns``
-    Paired cases (``bench_paired.py``): which target they time, and the median ns per
-    call of each reference timed alongside (``floor``, ``cupy``, ``rmm``, ``torch``).
+    Paired cases (``bench_paired.py``, ``bench_dask.py``): which target they time, and the
+    median ns per call of each reference timed alongside (``floor``, ``cupy``, ``rmm``,
+    ``torch``).
+``blocks``, ``steps``, ``pool_bytes``
+    The Dask pipeline (``bench_dask.py``): blocks per round, relaxation steps per block,
+    and each worker's pool.
 """
 
 import ctypes

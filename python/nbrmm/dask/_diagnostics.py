@@ -1,0 +1,198 @@
+"""Worker metrics and statistics: what a worker's nbrmm resources hold, read from librmm's map."""
+
+from __future__ import annotations
+
+import weakref
+
+import nbrmm.mr as _mr
+from nbrmm import _nbrmm
+
+#: Columns of :func:`gather_statistics`, in order.
+COLUMNS = (
+    "worker",
+    "name",
+    "device",
+    "resource",
+    "current_bytes",
+    "current_count",
+    "peak_bytes",
+    "peak_count",
+    "total_bytes",
+    "total_count",
+)
+_COUNTERS = COLUMNS[4:]
+
+
+def _devices():
+    """The devices with an entry in librmm's per-device map, and the current device."""
+    return sorted(set(_nbrmm._devices_with_resource()) | {_nbrmm.get_current_device()})
+
+
+def _chain(res):
+    """``res`` and its upstream resources, top first (as far as they are known)."""
+    seen = set()
+    while res is not None and id(res) not in seen:
+        seen.add(id(res))
+        yield res
+        res = res.upstream_mr if isinstance(res, _mr.UpstreamResourceAdaptor) else None
+
+
+def _used_and_total(res):
+    """Bytes in use through ``res`` and bytes it holds, from the first adaptor of its
+    chain that counts them (statistics, tracking or limiting) and the first pool."""
+    used = pool = None
+    for r in _chain(res):
+        if used is None:
+            if isinstance(r, _mr.StatisticsResourceAdaptor):
+                used = r.allocation_counts.current_bytes
+            elif isinstance(r, (_mr.TrackingResourceAdaptor, _mr.LimitingResourceAdaptor)):
+                used = r.get_allocated_bytes()
+        if pool is None and isinstance(r, _mr.PoolMemoryResource):
+            pool = r.pool_size()
+    used = used or 0
+    return used, max(used, pool or 0)
+
+
+def memory_usage():
+    """Bytes in use and bytes held by this process's current device resources.
+
+    Summed over the devices that have a resource in librmm's per-device map (and the
+    current device). Bytes in use come from the first statistics, tracking or limiting
+    adaptor in each resource's chain (0 without one); bytes held are the larger of that
+    and the size of the first pool in the chain.
+
+    Returns
+    -------
+    tuple of int
+        ``(used, total)``.
+    """
+    used = total = 0
+    for device in _devices():
+        u, t = _used_and_total(_mr.get_per_device_resource(device))
+        used += u
+        total += t
+    return used, total
+
+
+def nbrmm_metric(worker=None):
+    """The ``nbrmm`` worker metric: ``{"nbrmm-used": bytes, "nbrmm-total": bytes}``."""
+    used, total = memory_usage()
+    return {"nbrmm-used": used, "nbrmm-total": total}
+
+
+def rmm_metric(worker=None):
+    """The same figures under the keys of distributed's ``rmm`` metric, which its
+    dashboard plots (``{"rmm-used": bytes, "rmm-total": bytes}``)."""
+    used, total = memory_usage()
+    return {"rmm-used": used, "rmm-total": total}
+
+
+_METRICS = {"nbrmm": nbrmm_metric, "rmm": rmm_metric}
+# What the plugin replaced in each worker's metrics (distributed's rmm metric reads
+# rmm's own record of the current resource, which does not see librmm's map).
+_replaced: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def add_metrics(worker):
+    """Add the ``nbrmm`` metric to ``worker.metrics``, and put nbrmm's figures under
+    ``rmm`` (remembering the metric that was there)."""
+    metrics = worker.metrics
+    if "rmm" in metrics and metrics["rmm"] is not rmm_metric:
+        _replaced[worker] = metrics["rmm"]
+    metrics.update(_METRICS)
+
+
+def remove_metrics(worker):
+    """Undo :func:`add_metrics` (entries replaced since by others are left alone)."""
+    metrics = worker.metrics
+    for key, metric in _METRICS.items():
+        if metrics.get(key) is metric:
+            del metrics[key]
+    previous = _replaced.pop(worker, None)
+    if previous is not None and "rmm" not in metrics:
+        metrics["rmm"] = previous
+
+
+def worker_statistics(dask_worker=None):
+    """One row per device of this process: its current resource and the counters of the
+    first statistics adaptor in that resource's chain (None without one)."""
+    rows = []
+    for device in _devices():
+        res = _mr.get_per_device_resource(device)
+        counts = None
+        for r in _chain(res):
+            if isinstance(r, _mr.StatisticsResourceAdaptor):
+                counts = r.allocation_counts
+                break
+        row = {
+            "worker": getattr(dask_worker, "address", None),
+            "name": getattr(dask_worker, "name", None),
+            "device": device,
+            "resource": type(res).__name__,
+        }
+        for key in _COUNTERS:
+            row[key] = None if counts is None else getattr(counts, key)
+        rows.append(row)
+    return rows
+
+
+def gather_statistics(client, *, frame=None):
+    """Every worker's nbrmm statistics, one row per worker and device.
+
+    Each worker reports, for each device with a resource in its librmm map, the counters
+    of the first ``StatisticsResourceAdaptor`` in the chain of that resource (the one
+    :class:`~nbrmm.dask.NbrmmSetup` puts on top, unless ``statistics=False``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A connected (not asynchronous) client.
+    frame : bool, optional
+        True: return a ``pandas.DataFrame`` (pandas must be installed). False: a list of
+        dicts. None (the default): a DataFrame when pandas can be imported, else a list.
+
+    Returns
+    -------
+    pandas.DataFrame or list of dict
+        Columns ``worker`` (address), ``name``, ``device``, ``resource`` (the class of the
+        current resource), ``current_bytes``, ``current_count``, ``peak_bytes``,
+        ``peak_count``, ``total_bytes`` and ``total_count``. The counters are None (NaN
+        in a DataFrame) where the resource has no statistics adaptor. Rows are sorted by
+        worker address and device.
+
+    Raises
+    ------
+    TypeError
+        If ``client`` is not a ``distributed.Client``, is asynchronous, or ``frame`` is
+        not a bool or None.
+    ImportError
+        If ``frame=True`` and pandas is not installed.
+    """
+    from distributed import Client
+
+    if not isinstance(client, Client):
+        raise TypeError(f"client: expected a distributed.Client, got {type(client).__name__}")
+    if client.asynchronous:
+        raise TypeError(
+            "client: an asynchronous Client is not supported; use "
+            "`await client.run(nbrmm.dask.worker_statistics)`"
+        )
+    if frame is not None and not isinstance(frame, bool):
+        raise TypeError(f"frame: expected True, False or None, got {type(frame).__name__}")
+    pandas = None
+    if frame is not False:
+        try:
+            import pandas
+        except ImportError as exc:
+            if frame:
+                raise ImportError(
+                    f"frame: True needs pandas, which cannot be imported ({exc})", name="pandas"
+                ) from exc
+    by_worker = client.run(worker_statistics)
+    rows = sorted(
+        (row for rows in by_worker.values() for row in rows),
+        key=lambda r: (str(r["worker"]), r["device"]),
+    )
+    if pandas is None:
+        return rows
+    return pandas.DataFrame(rows, columns=list(COLUMNS))
