@@ -37,6 +37,7 @@ PAIRED_RATIO_TARGETS = {
     "cupy_empty": (("cupy", 1.0, "CuPy's MemoryPool"), ("rmm", 0.4, "rmm's rmm_cupy_allocator")),
     "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
     "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
+    "cuda_core_allocate": (("cuda.core", 1.0, "cuda.core's default device memory resource"),),
 }
 #: References of the interleaved cases that explain a subject's time rather than set a
 #: target for it.
@@ -44,11 +45,13 @@ PAIRED_INFO_REFERENCES = {
     "torch_empty_hook": (
         ("pluggable_floor", "the hook over a host heap: torch's pluggable-allocator floor"),
     ),
+    "cuda_core_allocate": (("floor", "librmm's C++ allocate+deallocate on the arena"),),
 }
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
     "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
+    "cuda_core_allocate": "cuda.core `allocate(256)` + `close()`, nbrmm arena as its resource",
 }
 
 

@@ -27,7 +27,8 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
     ``ops`` is the number of calls in each timed batch.
 ``target``, ``reference_ns``
     Paired cases (``bench_paired.py``): which target they time, and the median ns per
-    call of each reference timed alongside (``floor``, ``cupy``, ``rmm``, ``torch``).
+    call of each reference timed alongside (``floor``, ``cupy``, ``rmm``, ``torch``,
+    ``cuda.core``).
 """
 
 import ctypes
