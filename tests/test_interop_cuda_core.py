@@ -650,7 +650,9 @@ def test_buffers_of_size_zero_cross_both_ways():
     assert heap.live == {}
 
 
-@pytest.mark.parametrize("bad", [None, object(), b"bytes", 0x1000], ids=["None", "object", "bytes", "int"])
+@pytest.mark.parametrize(
+    "bad", [None, object(), b"bytes", 0x1000], ids=["None", "object", "bytes", "int"]
+)
 def test_buffer_conversions_reject_other_objects(bad):
     with pytest.raises(TypeError, match="buffer: expected an nbrmm.Buffer"):
         interop.to_cuda_core_buffer(bad)
@@ -693,6 +695,10 @@ def test_a_bad_stream_for_an_adopted_buffer_leaves_it_untouched():
 
 
 def test_default_streams_convert_without_a_device():
+    # Both sides speak __cuda_stream__: (version 0, the handle).
+    assert nbrmm.PER_THREAD_DEFAULT_STREAM.__cuda_stream__() == (0, 2)
+    assert LEGACY.__cuda_stream__() == (0, 1)
+    assert interop.to_cuda_core_stream(ForeignStream(2)) is PER_THREAD
     assert interop.to_cuda_core_stream(nbrmm.DEFAULT_STREAM) is LEGACY
     assert interop.to_cuda_core_stream(nbrmm.LEGACY_DEFAULT_STREAM) is LEGACY
     assert interop.to_cuda_core_stream(nbrmm.PER_THREAD_DEFAULT_STREAM) is PER_THREAD
@@ -723,7 +729,13 @@ def test_cuda_core_streams_are_nbrmm_streams():
 
 @pytest.mark.parametrize(
     "bad",
-    [None, object(), 3, ForeignStream("h"), type("Bad", (), {"__cuda_stream__": lambda s: [0, 1]})()],
+    [
+        None,
+        object(),
+        3,
+        ForeignStream("h"),
+        type("Bad", (), {"__cuda_stream__": lambda s: [0, 1]})(),
+    ],
     ids=["None", "object", "int", "str_handle", "list"],
 )
 def test_stream_conversions_reject_non_streams(bad):
@@ -752,7 +764,9 @@ def test_exit_with_live_buffers_on_both_sides():
         bufs = [nbrmm.Buffer(100, mr=upstream) for _ in range(3)]
         pool = nbrmm.mr.PoolMemoryResource(upstream, 1 << 16)
         pooled = nbrmm.Buffer(64, mr=pool)
-        adopted = interop.from_cuda_core_buffer(adapter.allocate(64, stream=cc.LEGACY_DEFAULT_STREAM))
+        lent = adapter.allocate(64, stream=cc.LEGACY_DEFAULT_STREAM)
+        adopted = interop.from_cuda_core_buffer(lent)
+        del lent
         view = interop.to_cuda_core_buffer(nbrmm.Buffer(32, mr=heap.resource()))
         nbrmm.mr.set_current_device_resource(upstream)
         current = nbrmm.Buffer(16)
@@ -867,7 +881,8 @@ extern "C" __global__ void add_index(unsigned char* data, unsigned long long n) 
 def compiled_kernel(device):
     """``add_index`` compiled by cuda.core's Program (NVRTC)."""
     try:
-        program = cc.Program(KERNEL, code_type="c++", options=cc.ProgramOptions(arch=f"sm_{device.arch}"))
+        options = cc.ProgramOptions(arch=f"sm_{device.arch}")
+        program = cc.Program(KERNEL, code_type="c++", options=options)
         return program.compile("cubin").get_kernel("add_index")
     except Exception as e:  # noqa: BLE001 - only a missing NVRTC is tolerated
         if "nvrtc" in f"{type(e).__name__} {e}".lower():
@@ -1010,9 +1025,10 @@ def _pool_or_xfail(make, what):
 @pytest.mark.parametrize("kind", ["managed", "pinned"])
 def test_gpu_managed_and_pinned_pools_serve_nbrmm(device, kind):
     if kind == "managed":
-        pool = _pool_or_xfail(lambda: cc.ManagedMemoryResource(cc.ManagedMemoryResourceOptions()), kind)
+        make = lambda: cc.ManagedMemoryResource(cc.ManagedMemoryResourceOptions())  # noqa: E731
     else:
-        pool = _pool_or_xfail(lambda: cc.PinnedMemoryResource(cc.PinnedMemoryResourceOptions()), kind)
+        make = lambda: cc.PinnedMemoryResource(cc.PinnedMemoryResourceOptions())  # noqa: E731
+    pool = _pool_or_xfail(make, kind)
     mr = interop.from_cuda_core_memory_resource(pool)
     assert type(mr) is interop.CudaCorePoolResource
     assert mr.is_managed == (kind == "managed")

@@ -469,13 +469,12 @@ class NbrmmMemoryResource(_CCMemoryResource):
         stream : cuda.core.Stream or stream-like object
             The stream the deallocation is ordered on.
         """
-        if stream is _LEGACY:
-            nb_stream = _NB_LEGACY
-        else:
-            try:
-                nb_stream = _nb_by_handle[stream.__cuda_stream__()[1]]
-            except Exception:  # noqa: BLE001 - not cached yet, or not a stream: checked there
-                nb_stream = _nb_stream(stream)
+        # cuda.core passes a new Stream object for the stream it recorded: look up its
+        # handle (the default streams' are there from the start).
+        try:
+            nb_stream = _nb_by_handle[stream.__cuda_stream__()[1]]
+        except Exception:  # noqa: BLE001 - not cached yet, or not a stream: checked there
+            nb_stream = _nb_stream(stream)
         try:
             self._deallocate(ptr, size, nb_stream)
         except (TypeError, ValueError):
