@@ -312,6 +312,11 @@ def test_sizes_zero_and_numpy_integers_work():
     assert empty.size == 0
     buf = adapter.allocate(np.uint16(64), stream=LEGACY)
     assert buf.size == 64 and heap.live[buf.handle] == 64
+    import enum
+
+    sized = adapter.allocate(enum.IntEnum("Size", {"SMALL": 8}).SMALL, stream=LEGACY)
+    assert sized.size == 8
+    sized.close()
     empty.close()
     buf.close()
     assert heap.live == {}

@@ -137,11 +137,10 @@ def _check_size(size, param="size"):
     """``size`` as an int (a non-negative integer below 2**64), or the error for it."""
     if isinstance(size, bool):
         raise TypeError(f"{param}: expected an int, got bool")
-    if not isinstance(size, int):
-        try:
-            size = _operator.index(size)
-        except TypeError:
-            raise TypeError(f"{param}: expected an int, got {_type_name(size)}") from None
+    try:
+        size = _operator.index(size)  # an int exactly, also for int subclasses and NumPy's
+    except TypeError:
+        raise TypeError(f"{param}: expected an int, got {_type_name(size)}") from None
     if size < 0:
         raise ValueError(f"{param}: must be non-negative, got {size}")
     if size >= 1 << 64:
@@ -425,10 +424,15 @@ class NbrmmMemoryResource(_CCMemoryResource):
 
         Raises
         ------
+        TypeError, ValueError
+            If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
+            (nothing is allocated then).
         MemoryError
             If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of
             memory).
         """
+        if type(size) is not int:
+            size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
         if stream is _LEGACY:
             nb_stream = _NB_LEGACY
         elif type(stream) is _CCStream:
@@ -440,20 +444,12 @@ class NbrmmMemoryResource(_CCMemoryResource):
             stream, nb_stream = self._streams(stream)
         try:
             ptr = self._allocate(size, nb_stream)
-        except (TypeError, ValueError):
-            checked = _check_size(size)  # a bad size is reported as such
-            if checked is not size:  # an integer nbrmm does not take as it is (NumPy's)
-                return self.allocate(checked, stream=stream)
+        except ValueError:
+            _check_size(size)  # a size out of range is reported as such
             raise  # the resource's own error
-        try:
-            return _from_handle(ptr, size, self, stream=stream)
-        except (TypeError, OverflowError, MemoryError):
-            # Refused before the Buffer took the memory (its arguments, or no memory for
-            # its handle): give it back. Once a Buffer holds the memory, any later failure
-            # frees it through deallocate, as the Buffer is dropped.
-            self._deallocate(ptr, size, nb_stream)
-            _check_size(size)
-            raise
+        # The arguments are valid, so the Buffer takes the memory: should anything fail
+        # after that, dropping the Buffer frees it through deallocate.
+        return _from_handle(ptr, size, self, stream=stream)
 
     def deallocate(self, ptr, size, *, stream):
         """Give memory back to the nbrmm resource, ordered on ``stream``.
