@@ -20,6 +20,11 @@ records the reference medians (``reference_ns``, ns per call) and the target (``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
     ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
     allocator serves these from the pool's cached blocks and calls the hook only to grow.
+``cuda_core_allocate``
+    cuda.core's ``allocate(256, stream=s)`` + ``close(s)`` with an nbrmm arena as the
+    ``cuda.core.MemoryResource`` (``nbrmm.interop``), beside cuda.core's own default
+    device memory resource (``Device().memory_resource``), both on one stream; librmm's
+    C++ round trip on the arena (``floor``) shows what the arena itself costs.
 ``torch_empty_hook``
     The same call with nbrmm's hook as torch's allocator, so that every allocation and
     free goes through it, beside torch's caching allocator. torch takes its allocator
@@ -40,6 +45,7 @@ import time
 import pytest
 from support import (
     benchmark_entry,
+    cuda_core_device,
     import_impl,
     make_resource,
     record,
@@ -168,6 +174,38 @@ def bench_paired_cupy_empty(benchmark):
         Interleaved(benchmark, references, lambda: cupy.cuda.set_allocator(hook)).run(batch)
     cupy.cuda.Device().synchronize()
     pool.free_all_blocks()
+
+
+@pytest.mark.gpu
+def bench_paired_cuda_core_allocate(benchmark):
+    """cuda.core's ``allocate`` + ``close`` through an nbrmm arena, beside cuda.core's own
+    default device memory resource and the arena's C++ round trip."""
+    dev, stream, own = cuda_core_device()
+    from nbrmm.interop import to_cuda_core_memory_resource
+
+    arena = make_resource(nbrmm, "arena")
+    ours = to_cuda_core_memory_resource(arena)
+
+    def batch_of(mr):
+        allocate = mr.allocate
+
+        def batch():
+            for _ in range(BATCH):
+                allocate(NBYTES, stream=stream).close(stream)
+
+        return batch
+
+    subject, reference = batch_of(ours), batch_of(own)
+    subject()
+    reference()
+    record(benchmark, "paired", "nbrmm", target="cuda_core_allocate", resource="arena", size=NBYTES)
+    benchmark.group = f"paired cuda.core allocate {size_id(NBYTES)}"
+    references = {
+        "cuda.core": lambda: _timed(reference),
+        "floor": lambda: _testing.allocate_round_trip_ns(arena, NBYTES, BATCH),
+    }
+    Interleaved(benchmark, references).run(subject)
+    stream.sync()
 
 
 @pytest.mark.gpu

@@ -38,6 +38,7 @@ PAIRED_RATIO_TARGETS = {
     "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
     "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
     "dask_cupy": (("rmm", 1.0, "dask-cuda's rmm_pool_size over rmm 26.10"),),
+    "cuda_core_allocate": (("cuda.core", 1.0, "cuda.core's default device memory resource"),),
 }
 #: References of the interleaved cases that explain a subject's time rather than set a
 #: target for it.
@@ -45,12 +46,14 @@ PAIRED_INFO_REFERENCES = {
     "torch_empty_hook": (
         ("pluggable_floor", "the hook over a host heap: torch's pluggable-allocator floor"),
     ),
+    "cuda_core_allocate": (("floor", "librmm's C++ allocate+deallocate on the arena"),),
 }
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
     "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
     "dask_cupy": "dask.array + CuPy pipeline on a dask-cuda worker, nbrmm's plugin over a pool",
+    "cuda_core_allocate": "cuda.core `allocate(256)` + `close()`, nbrmm arena as its resource",
 }
 
 

@@ -28,7 +28,7 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
 ``target``, ``reference_ns``
     Paired cases (``bench_paired.py``, ``bench_dask.py``): which target they time, and the
     median ns per call of each reference timed alongside (``floor``, ``cupy``, ``rmm``,
-    ``torch``).
+    ``torch``, ``cuda.core``).
 ``blocks``, ``steps``, ``pool_bytes``
     The Dask pipeline (``bench_dask.py``): blocks per round, relaxation steps per block,
     and each worker's pool.

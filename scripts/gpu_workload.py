@@ -1,6 +1,7 @@
 """A GPU workload over nbrmm's device paths, run under compute-sanitizer by gpu-check:
-every resource kind, buffers, copies, growth, pickling, DLPack, the C++ boundary, and CuPy
-kernels on memory from nbrmm's CuPy hook. It frees everything before exiting, so any memory
+every resource kind, buffers, copies, growth, pickling, DLPack, the C++ boundary, CuPy
+kernels on memory from nbrmm's CuPy hook, and cuda.core allocating from nbrmm and nbrmm
+from cuda.core (nbrmm.interop). It frees everything before exiting, so any memory
 the sanitizer reports leaked is a real leak; it also fails by itself when a Buffer is still
 alive at the end, and prints what holds it."""
 
@@ -54,6 +55,45 @@ def cupy_kernels(resource):
     expected = 2 * ((1 << 16) - 1) * (1 << 16) / 2 + (1 << 16)
     assert total == expected, (total, expected)
     cupy.cuda.Device().synchronize()
+    return "ok"
+
+
+def cuda_core_interop(resource):
+    """cuda.core allocating from ``resource`` and copying into nbrmm memory; nbrmm
+    allocating from a cuda.core pool (in C++) and from a cuda.core resource in Python."""
+    try:
+        import cuda.core as cc
+
+        import nbrmm.interop as interop
+    except ImportError:
+        return "cuda.core not installed"
+    dev = cc.Device(nbrmm.get_current_device())
+    dev.set_current()
+    stream = dev.create_stream()
+    payload = bytes(range(256)) * 16
+    adapter = interop.to_cuda_core_memory_resource(resource)
+    filled = adapter.allocate(len(payload), stream=stream)
+    filled.fill(7, stream=stream)
+    nb = nbrmm.Buffer(len(payload), mr=resource)
+    view = interop.to_cuda_core_buffer(nb)
+    view.copy_from(filled, stream=stream)
+    stream.sync()
+    assert nb.tobytes() == b"\x07" * len(payload)
+    assert interop.from_cuda_core_buffer(filled).tobytes() == b"\x07" * len(payload)
+    view.close()
+    filled.close(stream)
+    del nb
+    pool = cc.DeviceMemoryResource(dev.device_id, cc.DeviceMemoryResourceOptions())
+    for cc_mr in (pool, cc.LegacyPinnedMemoryResource()):
+        mr = interop.from_cuda_core_memory_resource(cc_mr)
+        buf = nbrmm.Buffer(len(payload), mr=mr, stream=nbrmm.Stream())
+        buf.copy_from_host(payload, stream=buf.stream)
+        buf.resize(3 * len(payload), stream=buf.stream)
+        buf.stream.synchronize()
+        assert buf.tobytes()[: len(payload)] == payload
+        del buf, mr
+    stream.sync()
+    dev.sync()
     return "ok"
 
 
@@ -124,6 +164,10 @@ def main():
         print("cupy kernels:", cupy_kernels(resources[3]))
     except Exception as e:  # noqa: BLE001 - reported, and the run fails
         failures.append(f"cupy kernels: {type(e).__name__}: {e}")
+    try:
+        print("cuda.core interop:", cuda_core_interop(resources[3]))
+    except Exception as e:  # noqa: BLE001 - reported, and the run fails
+        failures.append(f"cuda.core interop: {type(e).__name__}: {e}")
     del resources, cuda
     gc.collect()
     failures += leftover_buffers()

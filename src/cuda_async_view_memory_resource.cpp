@@ -1,10 +1,18 @@
 // nbrmm.mr.CudaAsyncViewMemoryResource (rmm/mr/cuda_async_view_memory_resource.hpp):
 // cudaMallocFromPoolAsync on an existing CUDA memory pool that it does not own.
+//
+// The Python object that owns the pool (a resource with `pool_handle()`, a cuda-bindings
+// handle, cuda.core's pool resources through nbrmm.interop) is owned by the C++ resource
+// itself, beside librmm's view: every C++ copy (in librmm's per-device map, in buffers,
+// in adaptors, in other extensions) co-owns it, so the pool outlives every use of the
+// view, whatever Python drops. The garbage collector sees the owner through the Python
+// object, as every other reference a resource's C++ state holds (see resource.hpp).
 #include "adaptor.hpp"
 
 #include <rmm/mr/cuda_async_view_memory_resource.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace nbrmm {
@@ -13,6 +21,24 @@ namespace {
 using view_resource = rmm::mr::cuda_async_view_memory_resource;
 
 struct CudaAsyncViewMemoryResource : DeviceMemoryResource {};
+
+/// librmm's view of a pool, and the Python object that owns the pool (none for a plain
+/// handle), shared by all copies. Views of one pool compare equal, as librmm's do.
+class owned_view : public holder_resource<view_resource, std::unique_ptr<py_owned>> {
+ public:
+  owned_view(cudaMemPool_t pool, nb::handle owner)
+    : holder_resource{owner.is_valid() ? std::make_unique<py_owned>(owner) : nullptr, pool}
+  {
+  }
+  bool operator==(owned_view const& o) const noexcept { return inner() == o.inner(); }
+  bool operator!=(owned_view const& o) const noexcept { return !(*this == o); }
+
+  /// The pool's owner, or nullptr.
+  [[nodiscard]] PyObject* owner() const noexcept
+  {
+    return extra() ? extra()->get().ptr() : nullptr;
+  }
+};
 
 /// The pool behind `obj` (an int, an object with `__int__` such as cuda-bindings'
 /// cudaMemPool_t / CUmemoryPool, or an object with a `pool_handle()` method), and the
@@ -67,25 +93,34 @@ Parameters
 pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
     The pool: a cuda-bindings handle, its value as an int, or an object with a
     ``pool_handle()`` method such as ``CudaAsyncMemoryResource``. The Python object
-    passed is kept alive by this resource; the pool itself must outlive every use of
-    the resource, including C++ copies of it (they do not own the pool).)doc")
+    passed is owned by the resource and by every C++ copy of it (in librmm's per-device
+    map, in buffers, in adaptors), so a pool that the object owns outlives every use of
+    the resource. A pool given as a plain int must outlive them by other means.)doc")
     .def(
       "__init__",
       [](CudaAsyncViewMemoryResource* self, nb::handle pool_handle) {
         int const device = current_device();
         nb::object owner;
         cudaMemPool_t pool = pool_arg(pool_handle, owner, device);
-        init_resource(self, make_resource([&] { return view_resource{pool}; }, false), device);
-        self->keep = std::move(owner);
+        owned_view view{pool, owner};
+        py_owned const* held = view.extra().get();
+        init_resource(self, device_resource{std::move(view)}, device);
+        // The owner is the resource's own (every copy of the view shares it).
+        if (held != nullptr) { self->own_refs.push_back(held); }
       },
       nb::arg("pool_handle"),
       nb::sig("def __init__(self, pool_handle: object) -> None"))
     .def(
       "pool_handle",
       [](CudaAsyncViewMemoryResource& self) {
+        device_resource& res = self.get();
+        if (auto const* view = cuda::mr::resource_cast<owned_view>(&res)) {
+          return reinterpret_cast<std::uintptr_t>(view->inner().pool_handle());
+        }
         return reinterpret_cast<std::uintptr_t>(resource_as<view_resource>(self).pool_handle());
       },
       "The ``cudaMemPool_t`` this resource allocates from, as an int.");
+  register_typed_wrapper<CudaAsyncViewMemoryResource, owned_view>();
   register_typed_wrapper<CudaAsyncViewMemoryResource, view_resource>();
 }
 

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace nbrmm {
 namespace {
@@ -27,8 +28,8 @@ namespace {
 
 /// One outstanding allocation made through DeviceMemoryResource.allocate.
 struct raw_allocation {
-  std::shared_ptr<py_owned> owner;  ///< the resource object that allocated it
-  device_resource res;              ///< its resource (the object's own, kept with it)
+  PyObject* owner;      ///< the resource object that allocated it (strong; null after exit)
+  device_resource res;  ///< its resource (the object's own, kept with it)
   block b;
   std::size_t bytes;
   std::size_t alignment;
@@ -70,24 +71,23 @@ std::uintptr_t raw_allocate(nb::handle self, nb::handle nbytes, nb::handle strea
     b = allocate_block(res, s, n, alignment);
   }
   auto const key = reinterpret_cast<std::uintptr_t>(b.data);
-  bool inserted  = false;
+  // A record at the same address is stale: its memory was given back to the underlying
+  // allocator behind nbrmm's back (which handed it out again). It gives way.
+  raw_allocation stale{nullptr, device_resource{}, block{}, 0, 0, -1};
   try {
-    raw_allocation record{std::make_shared<py_owned>(self), res, b, n, alignment, r.device};
+    raw_allocation record{self.ptr(), res, b, n, alignment, r.device};
     std::lock_guard lock{raw_mutex()};
-    inserted = raw_allocations().try_emplace(key, std::move(record)).second;
+    auto [it, inserted] = raw_allocations().try_emplace(key, std::move(record));
+    if (!inserted) { stale = std::exchange(it->second, std::move(record)); }
   } catch (...) {
-  }
-  if (!inserted) {
     {
       gil_release release;
       free_block(res, s, b, r.device);
     }
-    throw nb::builtin_exception(
-      nb::exception_type::runtime_error,
-      ("allocate: the resource returned " + hex(key) +
-       ", which is already an outstanding allocation (the resource hands out memory twice)")
-        .c_str());
+    throw;
   }
+  Py_INCREF(self.ptr());
+  Py_XDECREF(stale.owner);
   return key;
 }
 
@@ -111,9 +111,9 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::
                              "allocated, or already freed)")
                               .c_str());
     }
-    if (it->second.owner->get().ptr() != self.ptr() &&
+    if (it->second.owner != self.ptr() &&
         !(r.res.has_value() && unwrap(it->second.res) == unwrap(r.res))) {
-      nb::handle other = it->second.owner->get();
+      nb::handle other = it->second.owner;
       throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
                              (other.is_valid()
                                 ? std::string{" ("} + nb::type_name(other.type()).c_str() + ")"
@@ -140,6 +140,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::
     gil_release release;
     free_block(a.res, s, a.b, a.device);
   }
+  Py_XDECREF(a.owner);
 }
 
 /// The number of outstanding raw allocations of `self` (for tests).
@@ -148,10 +149,33 @@ std::size_t raw_outstanding(nb::handle self)
   std::lock_guard lock{raw_mutex()};
   std::size_t count = 0;
   for (auto const& [ptr, a] : raw_allocations()) {
-    if (a.owner->get().ptr() == self.ptr()) { ++count; }
+    if (a.owner == self.ptr()) { ++count; }
   }
   return count;
 }
+
+}  // namespace
+
+void release_raw_allocation_owners() noexcept
+{
+  std::vector<PyObject*> owners;
+  {
+    std::lock_guard lock{raw_mutex()};
+    for (auto& [ptr, a] : raw_allocations()) {
+      if (a.owner != nullptr) {
+        try {
+          owners.push_back(a.owner);
+        } catch (...) {
+          continue;  // without memory to list it, the reference stays
+        }
+        a.owner = nullptr;
+      }
+    }
+  }
+  for (PyObject* o : owners) { Py_DECREF(o); }
+}
+
+namespace {
 
 // ------------------------------------------------------------------------------------
 // The base classes

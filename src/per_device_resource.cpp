@@ -130,6 +130,7 @@ void release_python_objects()
   // Whatever C++ still holds (adaptors and bins inside those resources, torch slots,
   // other libraries' statics) lets go of its Python objects too.
   py_owned::release_all();
+  release_raw_allocation_owners();
   forget_python_memory_error();
 }
 

@@ -256,6 +256,10 @@ void check_reentry(nb::handle mr, char const* what);
 /// thread runs (the free must then wait).
 bool would_reenter(nb::handle mr) noexcept;
 
+/// Lets go of the resource objects that outstanding DeviceMemoryResource.allocate
+/// allocations keep alive (at interpreter exit; the allocations stay recorded).
+void release_raw_allocation_owners() noexcept;
+
 /// Whether the resource object `from` is `target` or depends on it (through upstreams and
 /// bins).
 bool depends_on(nb::handle from, nb::handle target);

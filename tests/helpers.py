@@ -82,3 +82,45 @@ def table_rows(markdown):
         for line in markdown.splitlines()
         if line.startswith("|")
     ]
+
+
+_cuda_core_host_resource_class = None
+
+
+def cuda_core_host_resource(**properties):
+    """A cuda.core ``MemoryResource`` written as a third-party library would write one,
+    over a ``HostHeap`` (its ``heap`` attribute): host memory, which cuda.core frees
+    without a CUDA driver. ``properties`` override what it reports (``is_managed``...);
+    ``fail`` (an exception) makes ``allocate`` raise it."""
+    global _cuda_core_host_resource_class
+    if _cuda_core_host_resource_class is None:
+        import cuda.core
+
+        class CudaCoreHostResource(cuda.core.MemoryResource):
+            def __init__(self, fail=None, **properties):
+                self.heap = HostHeap()
+                self.fail = fail
+                self.properties = {
+                    "is_device_accessible": False,
+                    "is_host_accessible": True,
+                    "is_managed": False,
+                    "device_id": -1,
+                    **properties,
+                }
+
+            def allocate(self, size, *, stream):
+                if self.fail is not None:
+                    raise self.fail
+                ptr = self.heap.allocate(size, stream)
+                return cuda.core.Buffer.from_handle(ptr, size, mr=self)
+
+            def deallocate(self, ptr, size, *, stream):
+                self.heap.deallocate(ptr, size, stream)
+
+            is_device_accessible = property(lambda self: self.properties["is_device_accessible"])
+            is_host_accessible = property(lambda self: self.properties["is_host_accessible"])
+            is_managed = property(lambda self: self.properties["is_managed"])
+            device_id = property(lambda self: self.properties["device_id"])
+
+        _cuda_core_host_resource_class = CudaCoreHostResource
+    return _cuda_core_host_resource_class(**properties)

@@ -103,6 +103,10 @@ def synthetic(get_nbrmm_ns=100.0):
         bench("p-torch-hook", 460_000, case="paired", impl="nbrmm", target="torch_empty_hook",
               resource="arena", size=256, ops=100,
               reference_ns={"torch": 4400.0, "pluggable_floor": 4300.0}),
+        # cuda.core through nbrmm's arena: 900 ns beside cuda.core's own 1,000 ns (0.90x)
+        bench("p-cuda-core", 90_000, case="paired", impl="nbrmm", target="cuda_core_allocate",
+              resource="arena", size=256, ops=100,
+              reference_ns={"cuda.core": 1000.0, "floor": 200.0}),
         bench("bench_object", 62, case="reference", impl="python", resource="object()"),
         bench("bench_unlabelled", 1234),
     ]
@@ -226,6 +230,12 @@ def test_interleaved_targets_per_call(run_report):
         ["torch's caching allocator", "4,400 ns", "200 ns", "1.05×", "≤ 1.0×", "**missed**: 1.045×"],
         ["the hook over a host heap: torch's pluggable-allocator floor", "4,300 ns", "300 ns",
          "1.07×", "—", "—"],
+    ]
+    cuda_core = rows(md, "cuda.core `allocate(256)` + `close()`, nbrmm arena as its resource")
+    assert [c[2:] for c in cuda_core] == [
+        ["cuda.core's default device memory resource", "1,000 ns", "-100 ns", "0.90×", "≤ 1.0×",
+         "met"],
+        ["librmm's C++ allocate+deallocate on the arena", "200 ns", "700 ns", "4.50×", "—", "—"],
     ]
     # In the order of the report: targets, interleaved targets, then the tables.
     assert md.index("## Targets") < md.index("## Targets, timed interleaved") < md.index(

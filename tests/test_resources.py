@@ -7,13 +7,14 @@ is tested for real without a GPU; the GPU tests run every resource on the device
 import ctypes
 import gc
 import threading
+import weakref
 
 import pytest
 
 import nbrmm
 import nbrmm.mr
 import nbrmm.mr.experimental
-from helpers import POOL_SIZE, HostHeap, read_host, write_host
+from helpers import POOL_SIZE, HostHeap, read_host, run_python, write_host
 
 HAVE_GPU = nbrmm.get_device_count() > 0
 no_gpu_only = pytest.mark.skipif(HAVE_GPU, reason="checks the behaviour without a GPU")
@@ -605,6 +606,77 @@ def test_gpu_async_view_keeps_the_pool_owner_alive():
     del view, view2
     gc.collect()
     assert ref() is None and handle_ref() is None
+
+
+@no_gpu_only
+def test_a_view_that_cannot_be_made_releases_its_pool_owner():
+    class Owner:
+        def pool_handle(self):
+            return 0x1234
+
+    owner = Owner()
+    ref = weakref.ref(owner)
+    with pytest.raises((nbrmm.CudaError, nbrmm.LogicError)):  # no GPU: librmm refuses it
+        nbrmm.mr.CudaAsyncViewMemoryResource(owner)
+    del owner
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.gpu
+def test_gpu_async_view_cpp_copies_own_the_pool_owner():
+    out = run_python(
+        """
+        import gc, weakref
+        import nbrmm, nbrmm.mr
+        owner = nbrmm.mr.CudaAsyncMemoryResource(1 << 20)
+        ref = weakref.ref(owner)
+        nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaAsyncViewMemoryResource(owner))
+        del owner
+        nbrmm._nbrmm._release_python_objects()  # left: the C++ copy in librmm's map
+        gc.collect()
+        assert ref() is not None, "the map's C++ copy must own the pool's owner"
+        current = nbrmm.mr.get_current_device_resource()
+        assert type(current) is nbrmm.mr.CudaAsyncViewMemoryResource, type(current)
+        assert current.pool_handle() == ref().pool_handle()
+        buf = nbrmm.Buffer(1000)
+        buf.copy_from_host(b"m" * 1000)
+        assert buf.tobytes() == b"m" * 1000
+        nbrmm.mr.reset_per_device_resource(nbrmm.get_current_device())
+        del current
+        gc.collect()
+        assert ref() is not None  # the buffer's copy
+        del buf
+        gc.collect()
+        assert ref() is None
+        print("ok")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok" and "leaked" not in out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_async_view_cycle_through_its_pool_owner_is_collected():
+    class Owner:
+        def __init__(self):
+            self.pool = nbrmm.mr.CudaAsyncMemoryResource(POOL_SIZE)
+
+        def pool_handle(self):
+            return self.pool.pool_handle()
+
+    owner = Owner()
+    owner.view = nbrmm.mr.CudaAsyncViewMemoryResource(owner)
+    buf = nbrmm.Buffer(100, mr=owner.view)  # its copy is shared by the view's Buffers
+    ref = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert ref() is not None  # the buffer keeps the view, which keeps the owner
+    buf.copy_from_host(b"o" * 100)
+    assert buf.tobytes() == b"o" * 100
+    del buf
+    gc.collect()
+    assert ref() is None
 
 
 @pytest.mark.gpu

@@ -477,8 +477,9 @@ class CudaAsyncViewMemoryResource(DeviceMemoryResource):
     pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
         The pool: a cuda-bindings handle, its value as an int, or an object with a
         ``pool_handle()`` method such as ``CudaAsyncMemoryResource``. The Python object
-        passed is kept alive by this resource; the pool itself must outlive every use of
-        the resource, including C++ copies of it (they do not own the pool).
+        passed is owned by the resource and by every C++ copy of it (in librmm's per-device
+        map, in buffers, in adaptors), so a pool that the object owns outlives every use of
+        the resource. A pool given as a plain int must outlive them by other means.
     """
 
     def __init__(self, pool_handle: object) -> None: ...
