@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from typing import TextIO
 
 import nbrmm
@@ -53,7 +54,7 @@ def _cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}" if code else "unavailable"
 
 
-def no_gpu_reason(versions: dict[str, int], environ: dict[str, str] | None = None) -> str:
+def no_gpu_reason(versions: Mapping[str, int], environ: Mapping[str, str] | None = None) -> str:
     """Why no GPU is usable, in one sentence, from ``nbrmm._nbrmm.get_versions()``.
 
     Parameters
@@ -68,7 +69,7 @@ def no_gpu_reason(versions: dict[str, int], environ: dict[str, str] | None = Non
     str
         The reason.
     """
-    environ = os.environ if environ is None else environ
+    visible = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     driver, runtime = versions["cuda_driver"], versions["cuda_runtime"]
     if not driver:
         return ("No usable CUDA driver was found (libcuda could not be loaded), so no GPU "
@@ -76,7 +77,6 @@ def no_gpu_reason(versions: dict[str, int], environ: dict[str, str] | None = Non
     if runtime and driver < runtime:
         return (f"The CUDA driver supports CUDA {_cuda_version(driver)}, older than the "
                 f"CUDA {_cuda_version(runtime)} runtime nbrmm uses: update the NVIDIA driver.")
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return (f"The CUDA driver ({_cuda_version(driver)}) found no usable GPU; "
                 f"CUDA_VISIBLE_DEVICES={visible!r} limits which GPUs this process sees.")
