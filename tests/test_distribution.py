@@ -33,7 +33,11 @@ def wheel_files():
     if dist is not None and dist.files:
         located = pathlib.Path(dist.locate_file("nbrmm/__init__.py")).resolve()
         if located == pathlib.Path(nbrmm.__file__).resolve():
-            return [str(f) for f in dist.files if not str(f).startswith("..")]
+            # Less what installing added: bytecode, and scripts outside the package.
+            return [
+                str(f) for f in dist.files
+                if not str(f).startswith("..") and "__pycache__" not in f.parts
+            ]
     pytest.skip("nbrmm is not imported from an installed wheel (set NBRMM_WHEEL to check one)")
 
 
