@@ -64,17 +64,25 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
-# The allocator hooks import their framework. Where one is not installed, the reference
-# is built against stand-ins for it (the modules' docstrings and signatures are all
-# that is read); the CuPy hook's set-up, which inspects CuPy's classes, is skipped then.
-_FRAMEWORKS = {"cupy": ["cupy", "cupy_backends"], "torch": ["torch"],
-               "numba": ["numba", "cuda.bindings"]}
-autodoc_mock_imports = [
-    name
-    for top, names in _FRAMEWORKS.items()
-    if importlib.util.find_spec(top) is None
-    for name in names
-]
+def _missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except ModuleNotFoundError:  # its parent package is missing
+        return True
+
+
+# The allocator hooks import their framework: CuPy, PyTorch, Numba-CUDA and its
+# cuda-bindings. Where one is not installed, the reference is built against stand-ins
+# for it (only the modules' docstrings and signatures are read): a missing module is
+# mocked, or its top-level package where that is missing too, and the CuPy hook's set-up,
+# which inspects CuPy's classes, is skipped.
+autodoc_mock_imports = sorted(
+    {
+        name if not _missing(name.split(".")[0]) else name.split(".")[0]
+        for name in ["cupy", "cupy_backends", "torch", "numba", "cuda.bindings"]
+        if _missing(name)
+    }
+)
 if "cupy" in autodoc_mock_imports:
     import nbrmm._nbrmm
 
