@@ -159,3 +159,51 @@ def test_an_example_needing_another_missing_module_fails():
         run_block(Block(ROOT / "docs" / "x.md", 1, "python", "import not_a_module\n"), {})
     with pytest.raises(pytest.fail.Exception, match="not_a_module"):
         run_block(Block(ROOT / "docs" / "x.md", 1, "pycon", ">>> import not_a_module\n"), {})
+
+
+def _include_folders():
+    """The include folders a C++ extension of nbrmm compiles with, or None when the
+    headers (the CUDA runtime's come with the build requirements) are not installed."""
+    import importlib.util
+    import shutil
+    import sysconfig
+
+    import nbrmm
+
+    folders = [nbrmm.get_include(), sysconfig.get_paths()["include"]]
+    for package, sub in (("nanobind", "include"), ("librmm", "include"),
+                         ("librmm", "include/rapids"), ("rapids_logger", "include"),
+                         ("nvidia.cu13", "include")):
+        try:
+            spec = importlib.util.find_spec(package)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folders.append(str(pathlib.Path(list(spec.submodule_search_locations)[0]) / sub))
+    if not all(pathlib.Path(f).is_dir() for f in folders) or shutil.which("g++") is None:
+        return None
+    return folders
+
+
+def test_cpp_extension_example_compiles(tmp_path):
+    """The extension on the C++ page compiles against <nbrmm/nbrmm.hpp> and librmm."""
+    import subprocess
+
+    folders = _include_folders()
+    if folders is None:
+        pytest.skip("needs g++ and the headers of nanobind, librmm and the CUDA runtime")
+    text = (ROOT / "docs" / "cpp-extensions.md").read_text()
+    sources = [b for b in text.split("```cpp\n")[1:] if "NB_MODULE" in b.split("```")[0]]
+    assert len(sources) == 1
+    source = tmp_path / "my_ext.cpp"
+    source.write_text(sources[0].split("```")[0])
+    # librmm's CMake package sets these for its users.
+    defines = ["-DCCCL_DISABLE_PDL", "-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CUDA",
+               "-DTHRUST_HOST_SYSTEM=THRUST_HOST_SYSTEM_CPP"]
+    out = subprocess.run(
+        ["g++", "-std=c++20", "-fsyntax-only", *defines,
+         *(f"-I{f}" for f in folders), str(source)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
