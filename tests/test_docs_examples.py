@@ -207,3 +207,18 @@ def test_cpp_extension_example_compiles(tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+@pytest.mark.parametrize(
+    "module", ["nbrmm", "nbrmm.mr", "nbrmm.statistics", "nbrmm.logger", "nbrmm.plot"]
+)
+def test_docstring_examples_of_the_api_reference(module):
+    """The examples in the docstrings that the API reference shows (the hook modules'
+    need their framework and a GPU, and are shown as such)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod, optionflags=FLAGS, report=False)
+    assert result.failed == 0
+    if module == "nbrmm.statistics":
+        assert result.attempted >= 2  # profiler's example
