@@ -26,7 +26,7 @@ Without a usable GPU it explains why and lists what works without one."""
 #: What nbrmm can do on a machine without a usable GPU (printed by ``python -m nbrmm``).
 WITHOUT_GPU = """\
 What works without a GPU:
-  - importing nbrmm and all of its modules (importing never calls CUDA);
+  - importing nbrmm (importing never calls CUDA);
   - memory resources over host memory: nbrmm.mr.CallbackMemoryResource with your own
     allocate/deallocate functions (see "Getting started" in the documentation), and
     PoolMemoryResource, BinningMemoryResource, FixedSizeMemoryResource and the
