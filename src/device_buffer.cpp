@@ -411,13 +411,8 @@ nb::object to_device(nb::handle cls, nb::handle b, nb::handle stream, nb::handle
 
 nb::object numpy_empty(std::size_t n)
 {
-  try {
-    nb::module_ np = nb::module_::import_("numpy");
-    return np.attr("empty")(n, "u1");
-  } catch (nb::python_error& e) {
-    if (!e.matches(PyExc_ImportError)) { throw; }
-    return nb::steal(PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n)));
-  }
+  // numpy is a dependency of nbrmm (as of rmm): copy_to_host() always returns an ndarray.
+  return nb::module_::import_("numpy").attr("empty")(n, "u1");
 }
 
 nb::object copy_to_host(Buffer& self, nb::handle ary, nb::handle stream)
@@ -905,7 +900,9 @@ stream : Stream, optional
 
 Returns
 -------
-The destination.)doc")
+numpy.ndarray or the type of ``ary``
+    ``ary`` when given, otherwise a new one-dimensional ``numpy.uint8`` array of ``size``
+    elements.)doc")
     .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream(),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
     .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),

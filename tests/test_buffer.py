@@ -1,13 +1,14 @@
 """nbrmm.Buffer and DeviceBuffer."""
 
 import gc
+import pathlib
 import weakref
 
 import pytest
 
 import nbrmm
 import nbrmm.mr
-from helpers import HostHeap, read_host, write_host
+from helpers import HostHeap, read_host, run_python, write_host
 from nbrmm._nbrmm import _testing
 
 
@@ -183,6 +184,48 @@ def test_host_copy_argument_checks():
         buf.copy_to_host(b"immutable")
     with pytest.raises(ValueError, match="cuda_ary"):  # ValueError, as in rmm
         buf.copy_from_device(b"host bytes")
+
+
+def test_copy_to_host_needs_numpy_and_never_falls_back_to_bytearray():
+    # numpy is a dependency: without it, copy_to_host() raises instead of returning
+    # another type (checked before any copy, so this runs without a GPU).
+    out = run_python(
+        """
+        import sys
+        sys.modules["numpy"] = None
+        import nbrmm
+        sys.path.insert(0, %r)
+        from helpers import HostHeap
+        heap = HostHeap()
+        buf = nbrmm.Buffer(8, mr=heap.resource())
+        try:
+            buf.copy_to_host()
+        except ImportError as e:
+            print("ImportError", "numpy" in str(e))
+        else:
+            print("no error")
+        del buf
+        print(heap.bytes_in_use)
+        """
+        % str(pathlib.Path(__file__).parent)
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ImportError", "True", "0"]
+
+
+@pytest.mark.gpu
+def test_copy_to_host_returns_a_uint8_ndarray():
+    np = pytest.importorskip("numpy")
+    payload = bytes(range(200))
+    buf = nbrmm.to_device(payload)
+    host = buf.copy_to_host()
+    assert isinstance(host, np.ndarray)
+    assert host.dtype == np.uint8 and host.shape == (200,)
+    assert host.tobytes() == payload
+    empty = nbrmm.Buffer(0).copy_to_host()
+    assert isinstance(empty, np.ndarray) and empty.shape == (0,)
+    out = bytearray(200)
+    assert buf.copy_to_host(out) is out
 
 
 @pytest.mark.gpu

@@ -67,11 +67,3 @@ def test_cuda_calls_raise_cleanly_without_gpu():
     with pytest.raises(ValueError, match="does not exist"):
         nbrmm.set_current_device(count)
 
-
-def test_main_module_runs():
-    out = subprocess.run(
-        [sys.executable, "-m", "nbrmm"], capture_output=True, text=True, check=True
-    )
-    assert "nbrmm" in out.stdout
-    assert "librmm" in out.stdout
-    assert "current resource" in out.stdout

@@ -1071,7 +1071,9 @@ class Buffer:
 
         Returns
         -------
-        The destination.
+        numpy.ndarray or the type of ``ary``
+            ``ary`` when given, otherwise a new one-dimensional ``numpy.uint8`` array of ``size``
+            elements.
         """
 
     def copy_from_host(self, ary: object | None, stream: object | None = ...) -> None:

@@ -489,7 +489,7 @@ def profiler(*, records=default_profiler_records, name="", mr=None):
     >>> st.enable_statistics()  # doctest: +SKIP
     >>> @st.profiler()
     ... def work():
-    ...     return nbrmm.Buffer(size=1 << 20)
+    ...     return nbrmm.Buffer(1 << 20)
     >>> print(st.default_profiler_records.report())  # doctest: +SKIP
     """
     return ProfilerContext(records=records, name=name, mr=mr)

@@ -1,0 +1,92 @@
+"""Type checks of nbrmm's public API, with mypy (configuration: ``[tool.mypy]`` in
+pyproject.toml).
+
+    python scripts/check_types.py examples   # mypy --strict over the docs' examples
+    python scripts/check_types.py stubtest   # mypy.stubtest: stubs against the runtime
+    python scripts/check_types.py            # both
+
+``examples`` writes the Python code of each documentation page (``docs/**/*.md`` and
+README.md: ``pycon`` statements and ``python`` blocks, in order) to a module of its own
+and runs ``mypy --strict`` over them, so that a user's code written like the examples
+type-checks against nbrmm's stubs. ``stubtest`` runs ``python -m mypy.stubtest nbrmm``
+with ``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it
+where nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ALLOWLIST = ROOT / "scripts" / "stubtest-allowlist.txt"
+sys.path.insert(0, str(ROOT / "tests"))
+
+from doc_examples import blocks, pages  # noqa: E402
+
+
+def module_name(page: pathlib.Path) -> str:
+    """A module name for a page: ``docs/getting-started.md`` -> ``docs_getting_started``."""
+    relative = page.relative_to(ROOT).with_suffix("")
+    return re.sub(r"\W", "_", "_".join(relative.parts)).lower()
+
+
+def write_examples(folder: pathlib.Path) -> list[pathlib.Path]:
+    """One module per page that has Python examples, in ``folder``; returns their paths."""
+    written = []
+    for page in pages():
+        code = [
+            f"# {block.where()}\n{block.source}" for block in blocks(page) if block.source.strip()
+        ]
+        if code:
+            path = folder / f"{module_name(page)}.py"
+            path.write_text("\n".join(code))
+            written.append(path)
+    return written
+
+
+def mypy(*args: str) -> int:
+    command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *args]
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def check_examples() -> int:
+    # A fixed folder, so that mypy's cache serves the next run.
+    folder = ROOT / "build" / "doc-examples"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    files = write_examples(folder)
+    print(f"mypy --strict over the examples of {len(files)} pages", flush=True)
+    return mypy("--strict", *map(str, files))
+
+
+def check_stubs() -> int:
+    print("python -m mypy.stubtest nbrmm", flush=True)
+    command = [
+        sys.executable, "-m", "mypy.stubtest", "nbrmm",
+        "--mypy-config-file", str(ROOT / "pyproject.toml"),
+        "--allowlist", str(ALLOWLIST),
+        # Entries for the hook modules are unused where their frameworks are installed.
+        "--ignore-unused-allowlist",
+    ]
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("check", nargs="?", choices=["examples", "stubtest", "all"], default="all")
+    args = parser.parse_args(argv)
+    rc = 0
+    if args.check in ("examples", "all"):
+        rc |= check_examples()
+    if args.check in ("stubtest", "all"):
+        rc |= check_stubs()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

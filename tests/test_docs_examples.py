@@ -1,0 +1,224 @@
+"""The documentation's examples run: every ``pycon`` block as a doctest, every ``python``
+block as a script, page by page (see ``tests/doc_examples.py`` for the conventions).
+Examples marked ``# needs a GPU`` run on a GPU only; without one, each page's other
+examples still run."""
+
+from __future__ import annotations
+
+import doctest
+import gc
+import io
+import pathlib
+
+import pytest
+
+from doc_examples import GPU_MARK, ROOT, Block, blocks, count_examples, pages
+
+#: Packages that some examples use and the test environment may lack; an example that
+#: fails to import one is skipped (and, with --require-gpu, a skipped GPU test fails).
+OPTIONAL = ("cupy", "torch", "numba", "distributed", "dask", "dask_cuda", "cuda")
+
+# IGNORE_EXCEPTION_DETAIL: an example shows ``nbrmm.OutOfMemory: ...``; the class
+# is checked, not its module path or message.
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE | doctest.IGNORE_EXCEPTION_DETAIL
+
+PAGES = {page: blocks(page) for page in pages()}
+
+
+def page_id(page: pathlib.Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def _missing_optional(exc: BaseException) -> str | None:
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.split(".")[0]
+        if top in OPTIONAL:
+            return exc.name
+    return None
+
+
+class _Runner(doctest.DocTestRunner):
+    """A doctest runner that remembers the first unexpected exception."""
+
+    def __init__(self):
+        super().__init__(optionflags=FLAGS)
+        self.exception: BaseException | None = None
+
+    def report_unexpected_exception(self, out, test, example, exc_info):
+        if self.exception is None:
+            self.exception = exc_info[1]
+        super().report_unexpected_exception(out, test, example, exc_info)
+
+
+def run_block(block: Block, namespace: dict) -> None:
+    """Run one block in ``namespace``; fails the test with the block's location."""
+    if block.language == "python":
+        code = compile(block.text, block.where(), "exec")
+        try:
+            exec(code, namespace)  # noqa: S102 - the documentation's own example
+        except Exception as exc:  # noqa: BLE001 - reported below
+            if (name := _missing_optional(exc)) is not None:
+                pytest.skip(f"{block.where()} needs {name}")
+            raise
+        return
+    test = doctest.DocTestParser().get_doctest(
+        block.text, namespace, block.where(), str(block.page), block.line - 1
+    )
+    test.globs = namespace  # DocTest works on a copy; later blocks need the names
+    runner = _Runner()
+    out = io.StringIO()
+    result = runner.run(test, out=out.write, clear_globs=False)
+    if result.failed:
+        if (name := _missing_optional(runner.exception)) is not None:
+            pytest.skip(f"{block.where()} needs {name}")
+        pytest.fail(f"example at {block.where()} failed:\n{out.getvalue()}", pytrace=False)
+
+
+def run_page(selected: list[Block]) -> None:
+    namespace: dict = {"__name__": "__docs__"}
+    try:
+        for block in selected:
+            run_block(block, namespace)
+    finally:
+        # Newest names first: buffers before their resources, resources before the
+        # functions and libraries their callbacks use.
+        for name in reversed(list(namespace)):
+            del namespace[name]
+        gc.collect()
+
+
+CPU_PAGES = [p for p, bs in PAGES.items() if any(not b.needs_gpu for b in bs)]
+GPU_PAGES = [p for p, bs in PAGES.items() if any(b.needs_gpu for b in bs)]
+
+
+@pytest.mark.parametrize("page", CPU_PAGES, ids=page_id)
+def test_cpu_examples(page):
+    run_page([b for b in PAGES[page] if not b.needs_gpu])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", GPU_PAGES, ids=page_id)
+def test_gpu_examples(page):
+    run_page(PAGES[page])
+
+
+def test_examples_are_found_and_counted():
+    """The collector sees the examples of the pages (and nothing outside fences)."""
+    all_blocks = [b for bs in PAGES.values() for b in bs]
+    assert any(b.page.name == "getting-started.md" and not b.needs_gpu for b in all_blocks)
+    assert sum(count_examples(b) for b in all_blocks if not b.needs_gpu) >= 50
+    for b in all_blocks:
+        assert b.text.strip(), f"empty example at {b.where()}"
+
+
+def test_collector_conventions(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n"
+        "```pycon\n>>> x = 1\n>>> x + 1\n2\n```\n\n"
+        "````markdown\n```python\nnot code of this page\n```\n````\n\n"
+        f"```python\n{GPU_MARK}\ny = 2\n```\n\n"
+        "```bash\necho no\n```\n\n"
+        f"~~~pycon\n>>> {GPU_MARK}\n>>> 3\n3\n~~~\n"
+    )
+    found = blocks(page)
+    assert [(b.language, b.line, b.needs_gpu) for b in found] == [
+        ("pycon", 4, False),
+        ("python", 16, True),
+        ("pycon", 25, True),
+    ]
+    assert found[0].source == "x = 1\nx + 1\n"
+    assert [count_examples(b) for b in found] == [2, 1, 1]
+    namespace: dict = {}
+    run_block(found[0], namespace)
+    assert namespace["x"] == 1
+
+
+def test_a_wrong_example_fails_with_its_location(tmp_path):
+    page = tmp_path / "bad.md"
+    page.write_text("```pycon\n>>> 1 + 1\n3\n```\n")
+    (block,) = blocks(page)
+    block = Block(ROOT / "docs" / "bad.md", block.line, block.language, block.text)
+    with pytest.raises(pytest.fail.Exception, match=r"docs/bad.md:2"):
+        run_block(block, {})
+
+
+@pytest.mark.parametrize("language, text", [
+    ("python", "import cupy.not_a_module_of_cupy\n"),
+    ("pycon", ">>> import cupy.not_a_module_of_cupy\n"),
+])
+def test_an_example_needing_a_missing_framework_is_skipped(language, text):
+    # With or without CuPy installed, this import fails with CuPy's name on it.
+    block = Block(ROOT / "docs" / "x.md", 1, language, text)
+    with pytest.raises(pytest.skip.Exception, match="x.md:1 needs cupy"):
+        run_block(block, {})
+
+
+def test_an_example_needing_another_missing_module_fails():
+    with pytest.raises(ModuleNotFoundError):
+        run_block(Block(ROOT / "docs" / "x.md", 1, "python", "import not_a_module\n"), {})
+    with pytest.raises(pytest.fail.Exception, match="not_a_module"):
+        run_block(Block(ROOT / "docs" / "x.md", 1, "pycon", ">>> import not_a_module\n"), {})
+
+
+def _include_folders():
+    """The include folders a C++ extension of nbrmm compiles with, or None when the
+    headers (the CUDA runtime's come with the build requirements) are not installed."""
+    import importlib.util
+    import shutil
+    import sysconfig
+
+    import nbrmm
+
+    folders = [nbrmm.get_include(), sysconfig.get_paths()["include"]]
+    for package, sub in (("nanobind", "include"), ("librmm", "include"),
+                         ("librmm", "include/rapids"), ("rapids_logger", "include"),
+                         ("nvidia.cu13", "include")):
+        try:
+            spec = importlib.util.find_spec(package)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folders.append(str(pathlib.Path(list(spec.submodule_search_locations)[0]) / sub))
+    if not all(pathlib.Path(f).is_dir() for f in folders) or shutil.which("g++") is None:
+        return None
+    return folders
+
+
+def test_cpp_extension_example_compiles(tmp_path):
+    """The extension on the C++ page compiles against <nbrmm/nbrmm.hpp> and librmm."""
+    import subprocess
+
+    folders = _include_folders()
+    if folders is None:
+        pytest.skip("needs g++ and the headers of nanobind, librmm and the CUDA runtime")
+    text = (ROOT / "docs" / "cpp-extensions.md").read_text()
+    sources = [b for b in text.split("```cpp\n")[1:] if "NB_MODULE" in b.split("```")[0]]
+    assert len(sources) == 1
+    source = tmp_path / "my_ext.cpp"
+    source.write_text(sources[0].split("```")[0])
+    # librmm's CMake package sets these for its users.
+    defines = ["-DCCCL_DISABLE_PDL", "-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CUDA",
+               "-DTHRUST_HOST_SYSTEM=THRUST_HOST_SYSTEM_CPP"]
+    out = subprocess.run(
+        ["g++", "-std=c++20", "-fsyntax-only", *defines,
+         *(f"-I{f}" for f in folders), str(source)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+
+
+@pytest.mark.parametrize(
+    "module", ["nbrmm", "nbrmm.mr", "nbrmm.statistics", "nbrmm.logger", "nbrmm.plot"]
+)
+def test_docstring_examples_of_the_api_reference(module):
+    """The examples in the docstrings that the API reference shows (the hook modules'
+    need their framework and a GPU, and are shown as such)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod, optionflags=FLAGS, report=False)
+    assert result.failed == 0
+    if module == "nbrmm.statistics":
+        assert result.attempted >= 2  # profiler's example
