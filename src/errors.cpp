@@ -12,7 +12,7 @@
 #include "bindings.hpp"
 
 #include <exception>
-#include <regex>
+#include <cctype>
 #include <string>
 #include <utility>
 
@@ -182,15 +182,53 @@ void forget_python_memory_error() noexcept
   if (last_memory_error != nullptr) { forget_memory_error(); }
 }
 
+namespace {
+
+/// Whether `text` at `i` starts a source location "FILE:LINE:" (FILE with a '/').
+std::size_t location_end(std::string const& text, std::size_t i)
+{
+  std::size_t const stop = text.find_first_of(" \t\n", i);
+  std::string_view const token{text.data() + i, (stop == std::string::npos ? text.size() : stop) - i};
+  // FILE:LINE: with digits between the last two colons
+  if (token.size() < 3 || token.back() != ':' || token.find('/') == std::string_view::npos) {
+    return std::string::npos;
+  }
+  std::size_t const colon = token.rfind(':', token.size() - 2);
+  if (colon == std::string_view::npos || colon + 1 >= token.size() - 1) { return std::string::npos; }
+  for (std::size_t k = colon + 1; k + 1 < token.size(); ++k) {
+    if (!std::isdigit(static_cast<unsigned char>(token[k]))) { return std::string::npos; }
+  }
+  return i + token.size();
+}
+
+void erase_all(std::string& text, std::string_view what)
+{
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at)) {
+    text.erase(at, what.size());
+  }
+}
+
+}  // namespace
+
 std::string clean_message(std::string_view message)
 {
-  static std::regex const prefixes{R"((std::bad_alloc: |out_of_memory: ))"};
-  static std::regex const failure_at{R"(RMM failure at:\s*\S+:\d+:\s*)"};
-  static std::regex const located{R"(\s*at:\s*\S+:\d+:\s*)"};
   std::string text{message};
-  text = std::regex_replace(text, prefixes, "");
-  text = std::regex_replace(text, failure_at, "");
-  text = std::regex_replace(text, located, ": ");
+  erase_all(text, "std::bad_alloc: ");
+  erase_all(text, "out_of_memory: ");
+  // "RMM failure at: FILE:LINE: " goes; " at: FILE:LINE: " becomes ": ".
+  for (std::size_t at = text.find("at:"); at != std::string::npos; at = text.find("at:", at + 1)) {
+    std::size_t start = at + 3;
+    while (start < text.size() && text[start] == ' ') { ++start; }
+    std::size_t end = location_end(text, start);
+    if (end == std::string::npos) { continue; }
+    while (end < text.size() && text[end] == ' ') { ++end; }
+    std::size_t begin = at;
+    bool const failure = at >= 12 && text.compare(at - 12, 12, "RMM failure ") == 0;
+    if (failure) { begin = at - 12; }
+    while (!failure && begin > 0 && text[begin - 1] == ' ') { --begin; }
+    text.replace(begin, end - begin, failure ? "" : ": ");
+    at = begin;
+  }
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) { text.pop_back(); }
   return text;
 }
