@@ -86,8 +86,6 @@ def main():
              on_hook.format(False, "")),
             ("cupy.empty(256): nbrmm hook, stream via cupy.cuda.stream", "E(256, dtype=u1)",
              on_hook.format(True, "stream_by_device=False")),
-            ("cupy.empty(256): nbrmm hook, MemoryPointer by constructor", "E(256, dtype=u1)",
-             on_hook.format(True, "fast_pointer=False")),
             ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),
             ("nbrmm hook: hook(256) alone", "hook(256)", on_hook.format(True, "")),
         ]

@@ -1,27 +1,23 @@
 // The CuPy allocator hook behind nbrmm.allocators.cupy.
 //
 // CuPy calls its allocator with a size and expects a `cupy.cuda.MemoryPointer`. The hook
-// does the whole allocation here: it reads CuPy's current stream through CuPy's own C API,
+// does the whole allocation here: it reads CuPy's current stream through CuPy's C API,
 // allocates from the bound resource (or the current one, read from librmm's per-device
 // map) with the GIL released, and returns a MemoryPointer to a small memory object.
 //
 // That memory object is an instance of `nbrmm.allocators.cupy.Memory`, a subclass of
-// CuPy's `BaseMemory` created here. It co-owns the resource in C++ and holds the pointer,
-// size and stream of the allocation, and frees the memory to that resource on that stream
-// when CuPy drops it, whatever the current resource is by then. Per allocation, Python
-// sees two new objects: the Memory and the MemoryPointer.
+// CuPy's `BaseMemory` created here, whose C part (after BaseMemory's instance, whose size
+// CuPy's type reports) co-owns the resource and holds the pointer, size and stream of the
+// allocation; it frees the memory to that resource on that stream when CuPy drops it,
+// whatever the current resource is by then. Per allocation, Python sees two new objects:
+// the Memory and the MemoryPointer.
 //
-// CuPy's current stream is read through `cupy_backends.cuda.stream.get_stream_ptr(device)`
-// when this CuPy has it: the record of every device's current stream that CuPy's own
-// `get_current_stream_ptr` reads after asking CUDA for the current device. The hook knows
-// the device already, so the lookup costs one thread-local read and no CUDA call.
-//
-// The MemoryPointer must be exactly CuPy's class, not a subclass: CuPy's kernel launcher
-// accepts no other as a kernel argument (CUB reductions pass it allocator memory).
-//
-// Where CuPy's fields live inside its objects is found (and checked) once, by
-// `_cupy_init`, from objects built through CuPy's public constructors; building a
-// MemoryPointer falls back to calling its constructor whenever that check fails.
+// Only CuPy's public API is used: BaseMemory's public attributes (`ptr`, `size`,
+// `device_id`) are set as attributes, the MemoryPointer is made by its constructor (CuPy's
+// kernel launcher accepts no subclass of it), and CuPy's current stream is read through
+// the functions its Cython modules export for `cimport` (`__pyx_capi__`):
+// `cupy_backends.cuda.stream.get_stream_ptr(device)` where this CuPy has it (one
+// thread-local read for a known device), else `cupy.cuda.stream.get_current_stream_ptr`.
 #include "hooks.hpp"
 
 #include <structmember.h>
@@ -58,32 +54,21 @@ struct cupy_api {
   bool by_device{false};               ///< the stream is read with device_stream_ptr
   stream_obj_fn current_stream{};      ///< CuPy's C API (new reference), idem
   PyTypeObject* memory_type{};      ///< nbrmm.allocators.cupy.Memory
-  Py_ssize_t ptr_off{-1};           ///< BaseMemory.ptr (intptr_t)
-  Py_ssize_t size_off{-1};          ///< BaseMemory.size (size_t)
-  Py_ssize_t device_off{-1};        ///< BaseMemory.device_id (int)
   Py_ssize_t fields_off{-1};        ///< our fields inside a Memory
-  bool fast_possible{false};        ///< MemoryPointer's fields were found and checked
-  bool fast_pointer{false};         ///< MemoryPointer fields are written directly
-  Py_ssize_t mp_ptr_off{-1};        ///< MemoryPointer.ptr (intptr_t)
-  Py_ssize_t mp_device_off{-1};     ///< MemoryPointer.device_id (int)
-  Py_ssize_t mp_mem_off{-1};        ///< MemoryPointer.mem (object)
-  PyObject* empty_tuple{};
+  PyObject* ptr_name{};             ///< "ptr", "size", "device_id" (interned)
+  PyObject* size_name{};
+  PyObject* device_name{};
   PyObject* zero{};
 };
 
 cupy_api* cupy = nullptr;  // set once by _cupy_init; lives until the process exits
 
-// nbrmm's exception classes (borrowed from the module, which outlives every call).
-PyObject* out_of_memory_type = nullptr;
-PyObject* bad_alloc_type     = nullptr;
-PyObject* cuda_error_type    = nullptr;
-PyObject* logic_error_type   = nullptr;
 
 // ------------------------------------------------------------------------------------
 // nbrmm.allocators.cupy.Memory
 // ------------------------------------------------------------------------------------
 
-/// The C++ part of a Memory object, placed after CuPy's BaseMemory fields.
+/// The C++ part of a Memory object, placed after CuPy's BaseMemory instance.
 struct memory_fields {
   /// The resource that allocated the memory (empty for 0 bytes): a share of the bound
   /// resource object's shared copy (see DeviceMemoryResource::shared), or a copy of the
@@ -92,7 +77,11 @@ struct memory_fields {
   void* ptr{nullptr};          ///< the allocation (null for 0 bytes)
   std::size_t bytes{0};        ///< its size
   cudaStream_t stream{nullptr};  ///< the stream it was allocated on, and is freed on
+  int device{-1};              ///< the device it lives on
   PyObject* keep{nullptr};     ///< an object keeping that stream alive (strong), or null
+  /// The bound resource object whose shared copy `res` shares (strong), or null: copies
+  /// of a Python-made resource carry their object (see resource.hpp).
+  PyObject* owner{nullptr};
   bool caches{false};          ///< the resource is a caching one (deferred_frees::caches)
 };
 
@@ -100,20 +89,6 @@ memory_fields* fields_of(PyObject* obj)
 {
   return std::launder(
     reinterpret_cast<memory_fields*>(reinterpret_cast<char*>(obj) + cupy->fields_off));
-}
-
-template <class T>
-void write_at(PyObject* obj, Py_ssize_t offset, T value)
-{
-  std::memcpy(reinterpret_cast<char*>(obj) + offset, &value, sizeof(T));
-}
-
-template <class T>
-T read_at(PyObject* obj, Py_ssize_t offset)
-{
-  T value;
-  std::memcpy(&value, reinterpret_cast<char*>(obj) + offset, sizeof(T));
-  return value;
 }
 
 /// Freed Memory objects kept for reuse (BaseMemory holds no Python references, so a
@@ -130,23 +105,25 @@ void memory_dealloc(PyObject* self)
 {
   PyTypeObject* type = Py_TYPE(self);
   memory_fields* f   = fields_of(self);
-  int const device   = read_at<int>(self, cupy->device_off);
   block const b{f->ptr, f->ptr, f->bytes, default_alignment};
+  auto* counted = f->owner != nullptr ? nb::inst_ptr<DeviceMemoryResource>(f->owner) : nullptr;
   if (f->ptr != nullptr && f->caches &&
-      deferred_frees::defer(f->res, b, f->stream, device, nullptr)) {
+      deferred_frees::defer(f->res, b, f->stream, f->device, counted)) {
     f->ptr = nullptr;  // the queue frees it (and keeps the resource alive now)
   }
   if (f->ptr != nullptr || !f->res.empty()) {
     gil_release release;
     if (f->ptr != nullptr) {
-      free_block(f->res.get(), cuda::stream_ref{f->stream}, b, device);
+      free_block(f->res.get(), cuda::stream_ref{f->stream}, b, f->device);
       f->ptr = nullptr;
     }
     f->res.reset();  // may be the last owner of the resource: free it here too
   }
-  PyObject* keep = f->keep;  // released only now: the stream had to outlive the free
+  PyObject* keep  = f->keep;  // released only now: the stream had to outlive the free
+  PyObject* owner = f->owner;
   f->~memory_fields();
   Py_XDECREF(keep);
+  Py_XDECREF(owner);
   if (memory_freelist_count < memory_freelist_capacity && type == cupy->memory_type) {
     memory_freelist[memory_freelist_count++] = self;
   } else {
@@ -160,9 +137,19 @@ PyObject* memory_stream_handle(PyObject* self, void*)
   return PyLong_FromVoidPtr(fields_of(self)->stream);
 }
 
+PyObject* memory_mr(PyObject* self, void*)
+{
+  PyObject* owner = fields_of(self)->owner;
+  return Py_NewRef(owner != nullptr ? owner : Py_None);
+}
+
 PyGetSetDef memory_getset[] = {
   {"stream_handle", memory_stream_handle, nullptr,
    "The stream (``cudaStream_t`` as an int) the memory was allocated on and is freed on.",
+   nullptr},
+  {"mr", memory_mr, nullptr,
+   "The resource the allocator was bound to (None for an allocator of the current "
+   "resource).",
    nullptr},
   {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -186,30 +173,23 @@ PyObject* new_memory()
   return obj;
 }
 
+/// Sets BaseMemory's public attributes of `mem`.
 void set_base_fields(PyObject* mem, void* ptr, std::size_t size, int device)
 {
-  write_at(mem, cupy->ptr_off, reinterpret_cast<std::intptr_t>(ptr));
-  write_at(mem, cupy->size_off, size);
-  write_at(mem, cupy->device_off, device);
+  auto set = [mem](PyObject* name, PyObject* value) {
+    if (value == nullptr) { throw nb::python_error(); }
+    int const rc = PyObject_SetAttr(mem, name, value);
+    Py_DECREF(value);
+    if (rc != 0) { throw nb::python_error(); }
+  };
+  set(cupy->ptr_name, PyLong_FromVoidPtr(ptr));
+  set(cupy->size_name, PyLong_FromSize_t(size));
+  set(cupy->device_name, PyLong_FromLong(device));
 }
 
 /// A MemoryPointer to the start of `mem` (a reference this function steals).
-PyObject* make_pointer(PyObject* mem, void* ptr, int device)
+PyObject* make_pointer(PyObject* mem)
 {
-  if (cupy->fast_pointer) {
-    PyTypeObject* type = cupy->memory_pointer;
-    PyObject* mp       = type->tp_new(type, cupy->empty_tuple, nullptr);
-    if (mp == nullptr) {
-      Py_DECREF(mem);
-      return nullptr;
-    }
-    write_at(mp, cupy->mp_ptr_off, reinterpret_cast<std::intptr_t>(ptr));
-    write_at(mp, cupy->mp_device_off, device);
-    auto* old = read_at<PyObject*>(mp, cupy->mp_mem_off);
-    write_at(mp, cupy->mp_mem_off, mem);  // the pointer takes our reference
-    Py_XDECREF(old);
-    return mp;
-  }
   PyObject* args[] = {mem, cupy->zero};
   PyObject* mp     = PyObject_Vectorcall(reinterpret_cast<PyObject*>(cupy->memory_pointer), args, 2,
                                      nullptr);
@@ -218,26 +198,8 @@ PyObject* make_pointer(PyObject* mem, void* ptr, int device)
 }
 
 // ------------------------------------------------------------------------------------
-// Learning CuPy's layout
+// Learning CuPy's classes
 // ------------------------------------------------------------------------------------
-
-/// The offset at which `value` is stored in `obj`, searching the instance body; -1 unless
-/// exactly one place holds it.
-template <class T>
-Py_ssize_t find_unique(PyObject* obj, T value)
-{
-  Py_ssize_t const end = Py_TYPE(obj)->tp_basicsize;
-  Py_ssize_t found     = -1;
-  for (auto off = static_cast<Py_ssize_t>(sizeof(PyObject));
-       off + static_cast<Py_ssize_t>(sizeof(T)) <= end;
-       off += static_cast<Py_ssize_t>(alignof(T))) {
-    if (read_at<T>(obj, off) == value) {
-      if (found >= 0) { return -1; }
-      found = off;
-    }
-  }
-  return found;
-}
 
 [[noreturn]] void unsupported(std::string const& why)
 {
@@ -245,33 +207,14 @@ Py_ssize_t find_unique(PyObject* obj, T value)
                            .c_str());
 }
 
-// Distinctive values used to find fields.
-constexpr std::intptr_t probe_ptr = 0x1234'5678'9abc'def0;
-constexpr std::size_t probe_size  = 0x0fed'cba9'8765'4321;
-constexpr int probe_device        = 0x2bad'f00d;
-
-void learn_base_memory(cupy_api& api)
+void make_memory_type(cupy_api& api)
 {
   PyTypeObject* base = api.base_memory;
   if (base->tp_itemsize != 0 || (base->tp_flags & Py_TPFLAGS_BASETYPE) == 0) {
     unsupported("BaseMemory cannot be subclassed");
   }
-  nb::object probe = nb::borrow(reinterpret_cast<PyObject*>(base))();
-  probe.attr("ptr")       = nb::int_(probe_ptr);
-  probe.attr("size")      = nb::int_(probe_size);
-  probe.attr("device_id") = nb::int_(probe_device);
-  api.ptr_off    = find_unique(probe.ptr(), probe_ptr);
-  api.size_off   = find_unique(probe.ptr(), probe_size);
-  api.device_off = find_unique(probe.ptr(), probe_device);
-  if (api.ptr_off < 0 || api.size_off < 0 || api.device_off < 0) {
-    unsupported("the fields of BaseMemory were not found");
-  }
-}
-
-void make_memory_type(cupy_api& api)
-{
   Py_ssize_t const align = alignof(memory_fields);
-  api.fields_off = (api.base_memory->tp_basicsize + align - 1) / align * align;
+  api.fields_off = (base->tp_basicsize + align - 1) / align * align;
   static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(memory_dealloc)},
                                 {Py_tp_getset, memory_getset},
                                 {Py_tp_doc, const_cast<char*>(memory_doc)},
@@ -280,44 +223,10 @@ void make_memory_type(cupy_api& api)
                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
   spec.basicsize =
     static_cast<int>(api.fields_off + static_cast<Py_ssize_t>(sizeof(memory_fields)));
-  nb::object bases = nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(api.base_memory)));
+  nb::object bases = nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(base)));
   PyObject* type   = PyType_FromSpecWithBases(&spec, bases.ptr());
   if (type == nullptr) { throw nb::python_error(); }
   api.memory_type = reinterpret_cast<PyTypeObject*>(type);
-}
-
-/// Finds MemoryPointer's fields in one built by its constructor, then checks that one
-/// built by writing them reads back the same through CuPy's own accessors. Runs once
-/// `cupy` is set (with the fast path off).
-bool learn_memory_pointer()
-{
-  cupy_api& api = *cupy;
-  nb::handle mp_type{reinterpret_cast<PyObject*>(api.memory_pointer)};
-  nb::object mem = nb::steal(new_memory());
-  set_base_fields(mem.ptr(), reinterpret_cast<void*>(probe_ptr), probe_size, probe_device);
-  nb::object made = mp_type(mem, 0);
-  if (Py_TYPE(made.ptr()) != api.memory_pointer) { return false; }
-  api.mp_ptr_off    = find_unique(made.ptr(), probe_ptr);
-  api.mp_device_off = find_unique(made.ptr(), probe_device);
-  api.mp_mem_off    = find_unique(made.ptr(), mem.ptr());
-  if (api.mp_ptr_off < 0 || api.mp_device_off < 0 || api.mp_mem_off < 0) { return false; }
-
-  PyObject* fresh = api.memory_pointer->tp_new(api.memory_pointer, api.empty_tuple, nullptr);
-  if (fresh == nullptr) { throw nb::python_error(); }
-  nb::object fresh_obj = nb::steal(fresh);
-  auto* initial        = read_at<PyObject*>(fresh, api.mp_mem_off);
-  if (read_at<std::intptr_t>(fresh, api.mp_ptr_off) != 0 ||
-      read_at<int>(fresh, api.mp_device_off) != 0 || (initial != nullptr && initial != Py_None)) {
-    return false;
-  }
-  api.fast_pointer = true;
-  PyObject* raw =
-    make_pointer(mem.inc_ref().ptr(), reinterpret_cast<void*>(probe_ptr), probe_device);
-  api.fast_pointer = false;
-  if (raw == nullptr) { throw nb::python_error(); }
-  nb::object built = nb::steal(raw);
-  return nb::cast<std::intptr_t>(built.attr("ptr")) == probe_ptr &&
-         nb::cast<int>(built.attr("device_id")) == probe_device && built.attr("mem").is(mem);
 }
 
 /// CuPy's C function `name` from `module.__pyx_capi__`, when its signature is `expected`
@@ -368,25 +277,25 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module, nb::handle b
     api->device_stream_ptr = reinterpret_cast<device_stream_ptr_fn>(
       capi_function(backends_stream, "get_stream_ptr", "intptr_t (int)"));
   }
-  api->empty_tuple = PyTuple_New(0);
+  api->ptr_name    = PyUnicode_InternFromString("ptr");
+  api->size_name   = PyUnicode_InternFromString("size");
+  api->device_name = PyUnicode_InternFromString("device_id");
   api->zero        = PyLong_FromLong(0);
-  if (api->empty_tuple == nullptr || api->zero == nullptr) { throw nb::python_error(); }
-
-  learn_base_memory(*api);
+  if (api->ptr_name == nullptr || api->size_name == nullptr || api->device_name == nullptr ||
+      api->zero == nullptr) {
+    throw nb::python_error();
+  }
   make_memory_type(*api);
   cupy = api.release();
-  cupy->fast_possible = learn_memory_pointer();
 }
 
 void cupy_init(nb::handle memory_module,
                nb::handle stream_module,
                nb::handle backends_stream,
-               bool fast_pointer,
                bool stream_by_device)
 {
   if (cupy == nullptr) { cupy_learn(memory_module, stream_module, backends_stream); }
-  cupy->fast_pointer = fast_pointer && cupy->fast_possible;
-  cupy->by_device    = stream_by_device && cupy->device_stream_ptr != nullptr;
+  cupy->by_device = stream_by_device && cupy->device_stream_ptr != nullptr;
 }
 
 // ------------------------------------------------------------------------------------
@@ -473,10 +382,12 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
   f->keep          = keep;
   f->stream        = stream;
   f->bytes         = nbytes;
+  f->device        = device;
   if (nbytes != 0) {
     try {
       if (self->shared != nullptr) {
         f->res    = held_resource{*self->shared};
+        f->owner  = Py_NewRef(self->mr);
         f->caches = self->caches;
       } else {
         f->res    = held_resource{hooks::current_resource(device)};
@@ -489,8 +400,13 @@ PyObject* allocate(CupyAllocator* self, std::size_t nbytes)
       throw;
     }
   }
-  set_base_fields(mem, f->ptr, nbytes, device);
-  return make_pointer(mem, f->ptr, device);
+  try {
+    set_base_fields(mem, f->ptr, nbytes, device);
+  } catch (...) {
+    Py_DECREF(mem);  // frees the memory
+    throw;
+  }
+  return make_pointer(mem);
 }
 
 /// Raises CuPy's OutOfMemoryError for `nbytes`, caused by `cause` (stolen; may be null).
@@ -507,47 +423,23 @@ void raise_cupy_oom(std::size_t nbytes, PyObject* cause)
   Py_DECREF(exc);
 }
 
-PyObject* new_exception(PyObject* type, char const* message)
-{
-  PyObject* exc = PyObject_CallFunction(type, "s", message);
-  if (exc == nullptr) { PyErr_Clear(); }
-  return exc;
-}
-
-/// Sets the Python error for the C++ exception being handled.
+/// Sets the Python error for the C++ exception being handled: nbrmm's translation (a
+/// Python upstream's exception unchanged), with an out-of-memory error (any MemoryError
+/// but CuPy's own) raised as CuPy's OutOfMemoryError caused by it, as CuPy's pools do.
 void set_error(std::size_t nbytes)
 {
-  try {
-    throw;
-  } catch (nb::python_error& e) {
-    bool const oom = cupy != nullptr && e.matches(PyExc_MemoryError) && !e.matches(cupy->oom_error);
-    e.restore();
-    if (oom) {
-      PyObject *type, *value, *tb;
-      PyErr_Fetch(&type, &value, &tb);
-      PyErr_NormalizeException(&type, &value, &tb);
-      if (tb != nullptr) { PyException_SetTraceback(value, tb); }
-      Py_XDECREF(type);
-      Py_XDECREF(tb);
-      raise_cupy_oom(nbytes, value);
-    }
-  } catch (rmm::out_of_memory const& e) {
-    if (cupy == nullptr) { return PyErr_SetString(out_of_memory_type, e.what()); }
-    raise_cupy_oom(nbytes, new_exception(out_of_memory_type, e.what()));
-  } catch (std::bad_alloc const& e) {
-    if (cupy == nullptr) { return PyErr_SetString(bad_alloc_type, e.what()); }
-    raise_cupy_oom(nbytes, new_exception(bad_alloc_type, e.what()));
-  } catch (rmm::cuda_error const& e) {
-    PyErr_SetString(cuda_error_type, e.what());
-  } catch (rmm::logic_error const& e) {
-    PyErr_SetString(logic_error_type, e.what());
-  } catch (std::invalid_argument const& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (std::exception const& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "nbrmm: unknown C++ exception in a CuPy allocator");
+  raise_current_exception();
+  if (cupy == nullptr || !PyErr_ExceptionMatches(PyExc_MemoryError) ||
+      PyErr_ExceptionMatches(cupy->oom_error)) {
+    return;
   }
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != nullptr) { PyException_SetTraceback(value, tb); }
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  raise_cupy_oom(nbytes, value);
 }
 
 PyObject* allocator_vectorcall(PyObject* callable, PyObject* const* args, std::size_t nargsf,
@@ -714,17 +606,12 @@ nb::object make_allocator(nb::handle mr, nb::handle stream)
 
 void bind_cupy_allocator(nb::module_& m)
 {
-  out_of_memory_type = m.attr("OutOfMemory").ptr();
-  bad_alloc_type     = m.attr("BadAlloc").ptr();
-  cuda_error_type    = m.attr("CudaError").ptr();
-  logic_error_type   = m.attr("LogicError").ptr();
-
   allocator_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&allocator_spec));
   if (allocator_type == nullptr) { throw nb::python_error(); }
   // Every allocator uses the type through this pointer, which keeps it alive until exit.
 
   m.def("_cupy_init", &cupy_init, nb::arg("memory_module"), nb::arg("stream_module"),
-        nb::arg("backends_stream_module").none() = nb::none(), nb::arg("fast_pointer") = true,
+        nb::arg("backends_stream_module").none() = nb::none(),
         nb::arg("stream_by_device") = true,
         R"doc(Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
 
@@ -732,18 +619,13 @@ Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
 ``cupy_backends.cuda.stream`` (None where CuPy has no such module). What is learned
 about CuPy is learned once; later calls only switch the paths below.
 
-``fast_pointer=False`` makes every MemoryPointer be built through its constructor, and
 ``stream_by_device=False`` makes the current stream be read through
-``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference paths).
+``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference path).
 
 Raises
 ------
 ImportError
     If this CuPy's memory classes cannot be used.)doc");
-
-  m.def(
-    "_cupy_fast_pointer", []() { return cupy != nullptr && cupy->fast_pointer; },
-    "Whether MemoryPointers are built by writing their fields (checked by ``_cupy_init``).");
 
   m.def(
     "_cupy_stream_by_device", []() { return cupy != nullptr && cupy->by_device; },

@@ -123,14 +123,7 @@ def hook():
     hook._set_paths()
 
 
-@pytest.fixture(params=[True, False], ids=["fast-pointer", "constructor"])
-def pointer_path(request, hook):
-    hook._set_paths(fast_pointer=request.param)
-    assert _nbrmm._cupy_fast_pointer() is request.param
-    return request.param
-
-
-def test_memory_pointer_owns_the_allocation(hook, pointer_path):
+def test_memory_pointer_owns_the_allocation(hook):
     import cupy
 
     heap = HostHeap()
@@ -155,7 +148,7 @@ def test_memory_pointer_owns_the_allocation(hook, pointer_path):
     assert [c[0] for c in heap.calls] == ["allocate", "deallocate"]
 
 
-def test_zero_bytes_give_a_null_pointer_without_allocating(hook, pointer_path):
+def test_zero_bytes_give_a_null_pointer_without_allocating(hook):
     heap = HostHeap()
     alloc = hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)
     mp = alloc(0)
@@ -195,7 +188,7 @@ def test_fixed_stream_is_recorded_and_kept_alive(hook):
     assert streams == [("a", 2), ("d", 2)]
 
 
-def test_memory_error_from_resource_becomes_cupy_out_of_memory(hook, pointer_path):
+def test_memory_error_from_resource_becomes_cupy_out_of_memory(hook):
     import cupy
 
     def refuse(nbytes, stream):
@@ -259,7 +252,6 @@ def _recording(upstream, log):
 @pytest.mark.gpu
 def test_gpu_cupy_layout_is_understood(cupy_gpu):
     cupy, hook = cupy_gpu
-    assert _nbrmm._cupy_fast_pointer()
     assert _nbrmm._cupy_stream_by_device()  # CuPy >= 13 has cupy_backends' get_stream_ptr
 
 
@@ -324,10 +316,8 @@ def test_gpu_per_thread_default_stream_of_cupy(by_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fast", [True, False], ids=["fast-pointer", "constructor"])
-def test_gpu_arrays_from_bound_resource(cupy_gpu, fast):
+def test_gpu_arrays_from_bound_resource(cupy_gpu):
     cupy, hook = cupy_gpu
-    hook._set_paths(fast_pointer=fast)
     stats = nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=stats)):
         x = cupy.arange(1000, dtype=cupy.int64)
@@ -523,3 +513,24 @@ def test_gpu_set_allocator_globally(cupy_gpu):
         cupy.cuda.set_allocator(previous)
     del x
     assert _stat(stats, "current_bytes") == 0
+
+
+@pytest.mark.gpu
+def test_gpu_memory_objects_use_cupys_public_fields(cupy_gpu):
+    import weakref
+
+    cupy, hook = cupy_gpu
+    stats = nbrmm.mr.StatisticsResourceAdaptor(nbrmm.mr.CudaMemoryResource())
+    ref = weakref.ref(stats)
+    mp = hook.cupy_allocator(mr=stats)(512)
+    assert type(mp) is cupy.cuda.MemoryPointer
+    mem = mp.mem
+    assert isinstance(mem, cupy.cuda.memory.BaseMemory) and type(mem) is hook.Memory
+    assert mem.size == 512 and mem.ptr == mp.ptr and mem.device_id == cupy.cuda.Device().id
+    assert mem.mr is stats  # the resource the memory goes back to, kept alive by it
+    del stats, mem
+    gc.collect()
+    assert ref() is not None and ref().allocation_counts.current_bytes == 512
+    del mp
+    gc.collect()
+    assert ref() is None

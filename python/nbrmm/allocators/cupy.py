@@ -35,14 +35,11 @@ else:
         _cupy_backends_stream = None
 
 
-def _set_paths(*, fast_pointer=True, stream_by_device=True):
-    """Prepare the hook for this CuPy, choosing how it builds pointers and reads streams.
+def _set_paths(*, stream_by_device=True):
+    """Prepare the hook for this CuPy, choosing how it reads CuPy's current stream.
 
     Parameters
     ----------
-    fast_pointer : bool, optional
-        Build each MemoryPointer by writing its fields (where ``_cupy_init`` checked that
-        this works), rather than through its constructor.
     stream_by_device : bool, optional
         Read CuPy's current stream per device through ``cupy_backends`` (where this CuPy
         has it), rather than through ``cupy.cuda.stream.get_current_stream_ptr``.
@@ -51,7 +48,6 @@ def _set_paths(*, fast_pointer=True, stream_by_device=True):
         _cupy_memory,
         _cupy_stream,
         _cupy_backends_stream,
-        fast_pointer=fast_pointer,
         stream_by_device=stream_by_device,
     )
 
