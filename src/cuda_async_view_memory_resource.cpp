@@ -27,7 +27,9 @@ struct CudaAsyncViewMemoryResource : DeviceMemoryResource {};
 class owned_view : public holder_resource<view_resource, std::unique_ptr<py_owned>> {
  public:
   owned_view(cudaMemPool_t pool, nb::handle owner)
-    : holder_resource{owner.is_valid() ? std::make_unique<py_owned>(owner) : nullptr, pool}
+    : holder_resource{owner.is_valid() ? std::make_unique<py_owned>(owner, /*guards_memory=*/true)
+                                       : nullptr,
+                      pool}
   {
   }
   bool operator==(owned_view const& o) const noexcept { return inner() == o.inner(); }

@@ -132,6 +132,7 @@ void buffer_memory::free() noexcept
     adopted_.reset();
     return;
   }
+  if (block_.raw == nullptr) { return; }  // nothing held (its resource may be gone with a deferred free)
   free_block(res_.get(), stream_, block_, device_);
   block_ = block{};
 }

@@ -122,7 +122,8 @@ py_owned* owned_head = nullptr;
 
 }  // namespace
 
-py_owned::py_owned(nb::handle h) noexcept : ptr_{h.ptr()}
+py_owned::py_owned(nb::handle h, bool guards_memory) noexcept
+  : ptr_{h.ptr()}, guards_memory_{guards_memory}
 {
   if (ptr_ == nullptr) { return; }
   Py_INCREF(ptr_);
@@ -152,23 +153,29 @@ void py_owned::reset() noexcept
   if (gil.ok()) { Py_DECREF(p); }
 }
 
-void py_owned::release_all() noexcept
+void py_owned::release_all(bool (*keep)(PyObject*) noexcept) noexcept
 {
   std::vector<PyObject*> released;
   {
     std::lock_guard lock{owned_mutex()};
     for (py_owned* o = owned_head; o != nullptr;) {
-      py_owned* next = std::exchange(o->next_, nullptr);
+      py_owned* next = o->next_;
+      if (o->guards_memory_ && !keep(o->ptr_)) {
+        o = next;  // stays listed and referenced
+        continue;
+      }
       try {
         released.push_back(o->ptr_);
       } catch (...) {
-        // Without memory to list it the reference is leaked (the object stays alive).
+        o = next;  // without memory to list it, the reference stays
+        continue;
       }
+      (o->prev_ != nullptr ? o->prev_->next_ : owned_head) = next;
+      if (next != nullptr) { next->prev_ = o->prev_; }
       o->ptr_  = nullptr;
-      o->prev_ = nullptr;
+      o->prev_ = o->next_ = nullptr;
       o        = next;
     }
-    owned_head = nullptr;
   }
   for (PyObject* p : released) { Py_DECREF(p); }
 }

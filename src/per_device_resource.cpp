@@ -129,7 +129,19 @@ void release_python_objects()
   wrapper_cache().clear();
   // Whatever C++ still holds (adaptors and bins inside those resources, torch slots,
   // other libraries' statics) lets go of its Python objects too.
-  py_owned::release_all();
+  py_owned::release_all([](PyObject* owner) noexcept {
+    // A resource object that owns memory a C++ resource uses: its C++ part stays (for good).
+    if (!is_resource(owner)) { return false; }
+    auto& r = *nb::inst_ptr<DeviceMemoryResource>(owner);
+    if (!r.res.has_value()) { return true; }
+    try {
+      static auto* kept = new std::vector<device_resource>;
+      kept->push_back(r.res);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  });
   release_raw_allocation_owners();
   forget_python_memory_error();
 }

@@ -262,8 +262,8 @@ code that made the resource would (for tests of the wrappers of C++-made resourc
   t.def(
     "host_heap_resource",
     []() {
-      return make_resource_object<DeviceMemoryResource>(device_resource{host_heap_resource{}}, -1,
-                                                        nb::none(), true);
+      return make_resource_object<DeviceMemoryResource>(device_resource{host_heap_resource{}},
+                                                        current_device(), nb::none(), true);
     },
     R"doc(A C++ resource over the host heap (aligned ``malloc``/``free``), created by C++.
 
@@ -278,7 +278,7 @@ DeviceMemoryResource
       std::size_t const cap =
         limit.is_none() ? std::numeric_limits<std::size_t>::max() : parse_size(limit, "limit");
       return make_resource_object<DeviceMemoryResource>(device_resource{host_cache_resource{cap}},
-                                                        -1, nb::none(), true);
+                                                        current_device(), nb::none(), true);
     },
     nb::arg("limit") = nb::none(),
     R"doc(A caching C++ resource over the host heap, created by C++.

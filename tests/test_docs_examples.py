@@ -80,9 +80,19 @@ def run_page(selected: list[Block]) -> None:
         for block in selected:
             run_block(block, namespace)
     finally:
-        # Newest names first: buffers before their resources, resources before the
-        # functions and libraries their callbacks use.
-        for name in reversed(list(namespace)):
+        # Buffers first, then resources, then the rest newest first: what frees memory goes
+        # before the functions and libraries its callbacks use (a name bound again later in
+        # a page keeps its first place in the namespace).
+        import nbrmm.mr
+
+        def rank(name):
+            value = namespace[name]
+            if isinstance(value, nbrmm.Buffer):
+                return 0
+            return 1 if isinstance(value, nbrmm.mr.DeviceMemoryResource) else 2
+
+        names = list(reversed(list(namespace)))
+        for name in sorted(names, key=rank):
             del namespace[name]
         gc.collect()
 

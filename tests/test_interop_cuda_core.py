@@ -43,6 +43,21 @@ def collect():
         gc.collect()
 
 
+ON_GPU = nbrmm.get_device_count() > 0
+
+
+def cuda_core_thread():
+    """With a driver, cuda.core wants its device current in each thread that uses it."""
+    if ON_GPU:
+        cc.Device(nbrmm.get_current_device()).set_current()
+
+
+@pytest.fixture(autouse=True)
+def _cuda_core_device_current():
+    cuda_core_thread()
+    yield
+
+
 def host_adapter(heap=None, mr=None, **properties):
     """(heap, a cuda.core resource over nbrmm's host-heap resource). The memory is
     reported host-only, so cuda.core records no deallocation stream (no driver needed)."""
@@ -400,6 +415,7 @@ def test_threads_allocate_and_free_through_one_adapter():
 
     def work():
         try:
+            cuda_core_thread()
             for i in range(300):
                 buf = adapter.allocate(8 + i % 64, stream=LEGACY if i % 2 else PER_THREAD)
                 if i % 3:
@@ -791,6 +807,8 @@ def test_exit_with_live_buffers_on_both_sides():
         sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import cuda.core as cc, nbrmm, nbrmm.interop as interop
         from helpers import HostHeap, cuda_core_host_resource
+        if nbrmm.get_device_count() > 0:
+            cc.Device(nbrmm.get_current_device()).set_current()
         heap = HostHeap()
         adapter = interop.to_cuda_core_memory_resource(heap.resource(), is_device_accessible=False)
         kept = [adapter.allocate(100, stream=cc.LEGACY_DEFAULT_STREAM) for _ in range(3)]

@@ -630,25 +630,34 @@ def test_gpu_async_view_cpp_copies_own_the_pool_owner():
         import gc, weakref
         import nbrmm, nbrmm.mr
         owner = nbrmm.mr.CudaAsyncMemoryResource(1 << 20)
+        handle = owner.pool_handle()
         ref = weakref.ref(owner)
         nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaAsyncViewMemoryResource(owner))
         del owner
-        nbrmm._nbrmm._release_python_objects()  # left: the C++ copy in librmm's map
         gc.collect()
         assert ref() is not None, "the map's C++ copy must own the pool's owner"
-        current = nbrmm.mr.get_current_device_resource()
-        assert type(current) is nbrmm.mr.CudaAsyncViewMemoryResource, type(current)
-        assert current.pool_handle() == ref().pool_handle()
         buf = nbrmm.Buffer(1000)
-        buf.copy_from_host(b"m" * 1000)
-        assert buf.tobytes() == b"m" * 1000
         nbrmm.mr.reset_per_device_resource(nbrmm.get_current_device())
-        del current
         gc.collect()
         assert ref() is not None  # the buffer's copy
         del buf
         gc.collect()
         assert ref() is None
+        # At exit, C++ lets go of the owner's Python object but keeps its pool.
+        owner = nbrmm.mr.CudaAsyncMemoryResource(1 << 20)
+        handle = owner.pool_handle()
+        ref = weakref.ref(owner)
+        nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaAsyncViewMemoryResource(owner))
+        del owner
+        nbrmm._nbrmm._release_python_objects()  # what interpreter exit does
+        gc.collect()
+        assert ref() is None
+        current = nbrmm.mr.get_current_device_resource()
+        assert type(current) is nbrmm.mr.CudaAsyncViewMemoryResource, type(current)
+        assert current.pool_handle() == handle
+        buf = nbrmm.Buffer(1000)  # the pool is alive
+        buf.copy_from_host(b"m" * 1000)
+        assert buf.tobytes() == b"m" * 1000
         print("ok")
         """
     )

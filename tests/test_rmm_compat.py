@@ -256,15 +256,23 @@ def _difference_rows():
 
 
 def test_the_examples_of_the_page_and_modules_run():
-    import doctest
-
-    import nbrmm.compat
-
-    assert doctest.testfile(str(DIFFERENCES), module_relative=False).failed == 0
-    for module in (nbrmm.compat, helper, utils):
-        result = doctest.testmod(module)
-        assert result.failed == 0 and result.attempted > 0, module
-    assert not nbrmm.compat.installed() and "rmm" not in sys.modules
+    # In a fresh interpreter: the compat examples need a process where the real rmm
+    # (which other tests may import) is not imported.
+    out = run_python(
+        f"""
+        import doctest, sys
+        import nbrmm.compat
+        from nbrmm.pylibrmm import helper, utils
+        assert doctest.testfile({str(DIFFERENCES)!r}, module_relative=False).failed == 0
+        for module in (nbrmm.compat, helper, utils):
+            result = doctest.testmod(module)
+            assert result.failed == 0 and result.attempted > 0, module
+        assert not nbrmm.compat.installed() and "rmm" not in sys.modules
+        print("ok")
+        """
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().endswith("ok")
 
 
 def test_every_difference_row_has_its_test():
@@ -507,6 +515,56 @@ def test_difference_numba_hook_imports():
 
 
 @pytest.mark.gpu
+def test_difference_pointer_contract():
+    freed = []
+    for bad in (0x1001, 0):
+        res = mr.CallbackMemoryResource(lambda n, s, p=bad: p, lambda p, n, s: freed.append(p))
+        with pytest.raises(nbrmm.InvalidArgumentError) as info:  # rmm: no error at all
+            nbrmm.Buffer(64, mr=res)
+        assert isinstance(info.value, RuntimeError) and "allocate_func returned" in str(info.value)
+    assert freed == [0x1001]  # the misaligned block went back
+
+
+def test_difference_raw_deallocate_checked():
+    heap = HostHeap()
+    res = heap.resource()
+    ptr = res.allocate(64)
+    with pytest.raises(ValueError, match="nbytes"):
+        res.deallocate(ptr, 65)
+    res.deallocate(ptr, 64)
+    with pytest.raises(ValueError, match="already freed"):
+        res.deallocate(ptr, 64)  # rmm: a double free inside the resource
+    with pytest.raises(ValueError, match="another resource"):
+        heap.resource().deallocate(res.allocate(8), 8)
+    assert heap.bytes_in_use == 8  # only the allocation another resource refused to free
+
+
+def test_difference_reentrant_callbacks():
+    heap = HostHeap()
+    box = {}
+
+    def alloc(n, s):
+        nbrmm.Buffer(16, mr=box["pool"])  # rmm: deadlocks on the pool's lock
+        return heap.allocate(n, s)
+
+    box["pool"] = mr.PoolMemoryResource(mr.CallbackMemoryResource(alloc, heap.deallocate), 0)
+    with pytest.raises(RuntimeError, match="inside a Python callback"):
+        nbrmm.Buffer(64, mr=box["pool"])
+
+
+@pytest.mark.gpu
+def test_difference_cupy_memory_owner():
+    cupy = pytest.importorskip("cupy")
+    from nbrmm.allocators.cupy import Memory, cupy_allocator
+
+    pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), POOL_SIZE)
+    with cupy.cuda.using_allocator(cupy_allocator(mr=pool)):
+        x = cupy.zeros(100, dtype=cupy.uint8)
+    mem = x.data.mem
+    assert type(mem) is Memory and isinstance(mem, cupy.cuda.memory.BaseMemory)
+    assert mem.mr is pool and mem.size >= 100 and not hasattr(mem, "_owner")
+
+
 def test_difference_numba_memory_info():
     pytest.importorskip("numba.cuda")
     out = run_python(
