@@ -2,7 +2,7 @@
 measured in the same process, a thread team, and the machine description.
 
 Every benchmark records what it measured in ``benchmark.extra_info`` (see ``record``);
-``benchmarks/report.py`` builds its tables from those keys alone:
+``benchmark-analysis/report.py`` builds its tables from those keys alone:
 
 ``case``
     ``buffer``, ``allocate``, ``get_current``, ``set_current``, ``copy``, ``threads``,
@@ -16,7 +16,7 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
 ``size``
     Bytes per allocation or copy.
 ``floor_ns``, ``floor_kind``
-    librmm's own cost of the same work in C++ (``nbrmm._nbrmm._testing``), and what that
+    librmm's own cost of the same work in C++ (the test suite's ``nbrmm_testing`` extension), and what that
     work was (``allocate+deallocate``; ``device_buffer`` for buffers of 0 bytes).
 ``device_buffer_ns``
     Buffers: an ``rmm::device_buffer`` created and destroyed in C++.
@@ -38,9 +38,11 @@ import ctypes
 import gc
 import importlib
 import importlib.metadata
+import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -49,7 +51,11 @@ import pytest
 
 import nbrmm
 import nbrmm.mr
-from nbrmm._nbrmm import _testing
+from nbrmm import _nbrmm
+
+# librmm's cost in C++ loops: the test suite's C++ extension (tests/extensions.py).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from extensions import testing as _testing  # noqa: E402
 
 HAVE_GPU = nbrmm.get_device_count() > 0
 

@@ -38,7 +38,9 @@ def main(mode, batch_size, nbytes, cpu=None):
 
             mr = make_resource(nbrmm, "arena")
         else:
-            from nbrmm._nbrmm import _testing
+            # The test suite's C++ extension (tests/extensions.py) has the host heap.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+            from extensions import testing as _testing
 
             mr = _testing.host_heap_resource()
         torch.cuda.memory.change_current_allocator(torch_allocator(mr))

@@ -12,7 +12,10 @@ import types
 
 import nbrmm
 import nbrmm.mr as mr
-from nbrmm._testing import cpp_ext
+
+# The test suite's C++ extension that is not nbrmm (tests/extensions.py builds it).
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "tests"))
+from extensions import cpp_ext  # noqa: E402
 
 
 def exercise(resource):

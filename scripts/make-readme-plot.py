@@ -78,8 +78,12 @@ def record(log, host_memory):
     from nbrmm.plot import write_profile
 
     if host_memory:
-        # A C++ resource over the host heap (the workload never touches the memory).
-        nbrmm.mr.set_current_device_resource(nbrmm._nbrmm._testing.host_heap_resource())
+        # A C++ resource over the host heap (the workload never touches the memory), from
+        # the test suite's C++ extension.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from extensions import testing
+
+        nbrmm.mr.set_current_device_resource(testing.host_heap_resource())
     elif hasattr(nbrmm.mr, "PoolMemoryResource"):
         nbrmm.mr.set_current_device_resource(
             nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(), initial_pool_size="1GiB")

@@ -142,7 +142,7 @@ void register_adaptor_wrapper()
 /// refers to without owning it (bin resources, Python callables). Copies share both;
 /// `Inner` is destroyed before `Extra`.
 template <class Inner, class Extra>
-class holder_resource {
+class holder_resource : public forwarding_resource<holder_resource<Inner, Extra>> {
  public:
   struct state {
     template <class... Args>
@@ -160,26 +160,9 @@ class holder_resource {
   {
   }
 
-  void* allocate(cuda::stream_ref s, std::size_t bytes, std::size_t alignment)
-  {
-    return state_->inner.allocate(s, bytes, alignment);
-  }
-  void deallocate(cuda::stream_ref s, void* p, std::size_t bytes, std::size_t alignment) noexcept
-  {
-    state_->inner.deallocate(s, p, bytes, alignment);
-  }
-  void* allocate_sync(std::size_t bytes, std::size_t alignment)
-  {
-    return state_->inner.allocate_sync(bytes, alignment);
-  }
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) noexcept
-  {
-    state_->inner.deallocate_sync(p, bytes, alignment);
-  }
   bool operator==(holder_resource const& o) const noexcept { return state_ == o.state_; }
-  bool operator!=(holder_resource const& o) const noexcept { return !(*this == o); }
-  friend void get_property(holder_resource const&, cuda::mr::device_accessible) noexcept {}
 
+  [[nodiscard]] Inner& target() noexcept { return state_->inner; }
   [[nodiscard]] Inner& inner() const noexcept { return state_->inner; }
   [[nodiscard]] Extra& extra() const noexcept { return state_->extra; }
   /// How many resource handles share this state (1: only the one asked).

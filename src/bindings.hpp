@@ -38,6 +38,6 @@ void bind_pointer_copies(nb::module_& m);
 void bind_cupy_allocator(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);
-void bind_testing(nb::module_& m);
+void bind_deferred_frees(nb::module_& m);
 
 }  // namespace nbrmm

@@ -33,7 +33,6 @@ class owned_view : public holder_resource<view_resource, std::unique_ptr<py_owne
   {
   }
   bool operator==(owned_view const& o) const noexcept { return inner() == o.inner(); }
-  bool operator!=(owned_view const& o) const noexcept { return !(*this == o); }
 
   /// The pool's owner, or nullptr.
   [[nodiscard]] PyObject* owner() const noexcept

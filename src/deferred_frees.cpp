@@ -1,10 +1,13 @@
 // The deferred-free queue (see deferred_frees.hpp).
 #include "deferred_frees.hpp"
 
+#include "bindings.hpp"
 #include "errors.hpp"
 #include "gil.hpp"
 #include "stream.hpp"
 
+#include <atomic>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -118,11 +121,12 @@ class entries {
 
 namespace {
 
-std::vector<predicate>& predicates()
-{
-  static std::vector<predicate> p;
-  return p;
-}
+// Registered predicates: written once each and never removed, so readers need no lock
+// (with the GIL disabled, registration may race with frees on other threads).
+constexpr int max_predicates = 64;
+std::atomic<predicate> predicates[max_predicates];
+std::atomic<int> predicate_count{0};
+std::mutex register_mutex;
 
 #if !defined(Py_GIL_DISABLED)
 // Guarded by the GIL. The queue's storage is never freed: whatever a thread is still
@@ -140,13 +144,26 @@ bool stopped{false};
 
 }  // namespace
 
-void register_cache(predicate p) { predicates().push_back(p); }
+void register_cache(predicate p)
+{
+  std::lock_guard<std::mutex> lock{register_mutex};
+  int const n = predicate_count.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    if (predicates[i].load(std::memory_order_relaxed) == p) { return; }
+  }
+  if (n == max_predicates) {
+    throw nb::value_error("capsule: too many caching resource types are registered");
+  }
+  predicates[n].store(p, std::memory_order_relaxed);
+  predicate_count.store(n + 1, std::memory_order_release);
+}
 
 bool caches(device_resource const& res) noexcept
 {
   device_resource const& inner = unwrap(res);
-  for (predicate p : predicates()) {
-    if (p(inner)) { return true; }
+  int const n                  = predicate_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    if (predicates[i].load(std::memory_order_relaxed)(inner)) { return true; }
   }
   return false;
 }
@@ -277,3 +294,33 @@ std::pair<int, std::size_t> pending() noexcept
 }
 
 }  // namespace nbrmm::deferred_frees
+
+namespace nbrmm {
+
+void bind_deferred_frees(nb::module_& m)
+{
+  m.def(
+    "_deferred_frees", []() { return deferred_frees::pending(); },
+    nb::sig("def _deferred_frees() -> tuple[int, int]"),
+    "The frees waiting for nbrmm's next GIL release: ``(count, bytes)``.");
+  m.def(
+    "_flush_deferred_frees", []() { deferred_frees::flush(); },
+    "Perform the frees waiting for nbrmm's next GIL release now.");
+  m.def("_defer_frees", &deferred_frees::enable, nb::arg("enabled"),
+        R"doc(Turn the deferral of frees on or off (to measure its effect).
+
+Turning it off performs the waiting frees. It cannot be turned on again after
+interpreter exit has begun.
+
+Parameters
+----------
+enabled : bool
+    Whether small frees to caching resources may wait for the next GIL release.
+
+Returns
+-------
+bool
+    Whether deferral was on before the call.)doc");
+}
+
+}  // namespace nbrmm

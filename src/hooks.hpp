@@ -7,28 +7,17 @@
 #include "device.hpp"
 #include "errors.hpp"
 #include "gil.hpp"
+#include "per_device_map.hpp"
 #include "resource.hpp"
 #include "stream.hpp"
-
-#include <rmm/mr/per_device_resource.hpp>
 
 #include <mutex>
 
 namespace nbrmm::hooks {
 
-/// An owning copy of the resource of `device` in librmm's per-device map, read now (librmm's
-/// initial resource when the map has no entry yet). Never touches Python, so it can run
-/// on any thread with or without the GIL.
-inline device_resource current_resource(int device)
-{
-  std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
-  auto& map = rmm::mr::detail::get_ref_map();
-  auto it   = map.find(device);
-  if (it == map.end()) {
-    it = map.emplace(device, device_resource{rmm::mr::detail::initial_resource()}).first;
-  }
-  return it->second;
-}
+/// An owning copy of the resource of `device` in librmm's per-device map, read now.
+/// Never touches Python, so it can run on any thread with or without the GIL.
+inline device_resource current_resource(int device) { return device_map::get(device); }
 
 }  // namespace nbrmm::hooks
 

@@ -4,12 +4,10 @@
 // the per-allocation CSV log is LoggingResourceAdaptor's.
 #include "bindings.hpp"
 #include "gil.hpp"
+#include "per_device_map.hpp"
 
 #include <rmm/logger.hpp>
-#include <rmm/mr/per_device_resource.hpp>
 
-#include <algorithm>
-#include <mutex>
 #include <vector>
 
 namespace nbrmm {
@@ -104,17 +102,7 @@ level_enum
   // For enable_logging()/disable_logging(), which act on every device that has a resource.
   m.def(
     "_devices_with_resource",
-    []() {
-      std::vector<int> devices;
-      {
-        std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
-        for (auto const& entry : rmm::mr::detail::get_ref_map()) {
-          devices.push_back(entry.first);
-        }
-      }
-      std::sort(devices.begin(), devices.end());
-      return devices;
-    },
+    []() { return device_map::devices(); },
     "The devices that have an entry in librmm's per-device resource map, in order.");
 
   m.def(

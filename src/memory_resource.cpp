@@ -200,7 +200,29 @@ std::size_t resource_identity(nb::handle self)
 }  // namespace
 
 void bind_memory_resource(nb::module_& m)
-{
+{  m.def(
+    "_register_caching_resource",
+    [](nb::handle capsule) {
+      if (PyCapsule_IsValid(capsule.ptr(), NBRMM_CACHING_CAPSULE) == 0) {
+        throw nb::type_error("capsule: expected a capsule named \"" NBRMM_CACHING_CAPSULE
+                             "\" (see <nbrmm/nbrmm.hpp>)");
+      }
+      deferred_frees::register_cache(reinterpret_cast<caching_predicate>(
+        PyCapsule_GetPointer(capsule.ptr(), NBRMM_CACHING_CAPSULE)));
+    },
+    nb::arg("capsule"), nb::sig("def _register_caching_resource(capsule: object) -> None"),
+    R"doc(Register a caching resource type of a C++ extension (capsule protocol).
+
+Use ``nbrmm::register_caching_resource<T>()`` from ``<nbrmm/nbrmm.hpp>`` rather than
+calling this.
+
+Parameters
+----------
+capsule : PyCapsule
+    Named ``"nbrmm.caching_predicate:<librmm major>.<minor>"``, holding a
+    ``nbrmm::caching_predicate``.)doc");
+
+
   auto base = nb::class_<DeviceMemoryResource>(m, "DeviceMemoryResource",
                                                nb::type_slots(resource_type_slots),
                                                nb::is_weak_referenceable(), R"doc(
@@ -332,9 +354,11 @@ ValueError
       "__nbrmm_resource__",
       [](nb::handle self) {
         auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
-        // The copy carries this object, so a buffer that C++ allocates from it and hands
-        // back to Python reports this very object as its `mr`.
-        PyObject* cap = resource_capsule(device_resource{python_owned_resource{r.get(), self}});
+        // A resource C++ made goes back exactly as C++ made it (C++ can resource_cast it).
+        // Any other copy carries this object, so a buffer that C++ allocates from it and
+        // hands back to Python reports this very object as its `mr`.
+        PyObject* cap = resource_capsule(
+          r.from_cpp ? r.get() : device_resource{python_owned_resource{r.get(), self}});
         if (cap == nullptr) { throw nb::python_error(); }
         return nb::steal(cap);
       },
@@ -346,6 +370,44 @@ PyCapsule
     Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
     ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
     ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.)doc")
+    .def_static(
+      "_from_capsule",
+      [](nb::handle capsule, bool host_accessible) {
+        auto const* res = static_cast<device_resource const*>(
+          PyCapsule_IsValid(capsule.ptr(), NBRMM_RESOURCE_CAPSULE) != 0
+            ? PyCapsule_GetPointer(capsule.ptr(), NBRMM_RESOURCE_CAPSULE)
+            : nullptr);
+        if (res == nullptr) {
+          throw nb::type_error("capsule: expected a capsule named \"" NBRMM_RESOURCE_CAPSULE
+                               "\" (see <nbrmm/nbrmm.hpp>)");
+        }
+        nb::object obj = wrap_resource(*res, current_device());
+        // A generic wrapper knows nothing of the memory: the extension says.
+        if (obj.type().is(nb::type<DeviceMemoryResource>())) {
+          auto& r = *nb::inst_ptr<DeviceMemoryResource>(obj);
+          if (r.from_cpp) { r.host_accessible = host_accessible; }
+        }
+        return obj;
+      },
+      nb::arg("capsule"), nb::arg("host_accessible") = false,
+      nb::sig("def _from_capsule(capsule: object, host_accessible: bool = False) "
+              "-> DeviceMemoryResource"),
+      R"doc(The resource object for a C++ resource (capsule protocol).
+
+Use ``nbrmm::resource_to_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.
+
+Parameters
+----------
+capsule : PyCapsule
+    Named ``"nbrmm.device_resource:<librmm major>.<minor>"`` (a copy is taken).
+host_accessible : bool, optional
+    Whether memory from a resource of a type nbrmm does not know is host-accessible.
+
+Returns
+-------
+DeviceMemoryResource
+    The Python object the resource came from, an instance of the concrete class when
+    nbrmm knows the librmm type, or a generic ``DeviceMemoryResource``.)doc")
     .def("__repr__", [](nb::handle self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       std::string text{"<"};

@@ -37,5 +37,5 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);
-  nbrmm::bind_testing(m);  // nbrmm._nbrmm._testing
+  nbrmm::bind_deferred_frees(m);  // diagnostics of the deferred-free queue
 }

@@ -6,10 +6,9 @@
 #include "bindings.hpp"
 #include "device.hpp"
 #include "gil.hpp"
+#include "per_device_map.hpp"
 #include "resource.hpp"
 #include "rmm_compat.hpp"
-
-#include <rmm/mr/per_device_resource.hpp>
 
 #include <map>
 #include <string>
@@ -65,21 +64,12 @@ void remember_wrapper(int device, nb::handle obj)
 /// returning the Python object it was set from or a wrapper of the C++ resource.
 nb::object resource_of(int device)
 {
-  device_resource copy;
-  {
-    std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
-    auto& map = rmm::mr::detail::get_ref_map();
-    auto it   = map.find(device);
-    if (it == map.end()) {
-      it = map.emplace(device, device_resource{rmm::mr::detail::initial_resource()}).first;
-    }
-    if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&it->second)) {
-      if (owned->owner().is_valid()) { return nb::borrow(owned->owner()); }
-    }
-    copy = it->second;
+  device_resource entry = device_map::get(device);
+  if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry)) {
+    if (owned->owner().is_valid()) { return nb::borrow(owned->owner()); }
   }
-  if (nb::object cached = cached_wrapper(device, copy); cached.is_valid()) { return cached; }
-  nb::object obj = wrap_resource(copy, device);
+  if (nb::object cached = cached_wrapper(device, entry); cached.is_valid()) { return cached; }
+  nb::object obj = wrap_resource(entry, device);
   remember_wrapper(device, obj);
   return obj;
 }
@@ -87,8 +77,7 @@ nb::object resource_of(int device)
 /// Writes `entry` into the map and frees the previous entry without holding the GIL.
 void replace_entry(int device, device_resource entry)
 {
-  device_resource old =
-    rmm::mr::set_per_device_resource(rmm::cuda_device_id{device}, std::move(entry));
+  device_resource old = device_map::exchange(device, std::move(entry));
   gil_release release;
   old = device_resource{};
 }
@@ -112,18 +101,15 @@ void set_resource(int device, nb::handle mr)
 void release_python_objects()
 {
   std::vector<device_resource> dropped;
-  {
-    std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
-    for (auto& [device, entry] : rmm::mr::detail::get_ref_map()) {
-      auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry);
-      if (owned == nullptr) { continue; }
-      device_resource inner = owned->inner();
-      if (cuda::mr::resource_cast<python_resource>(&inner) != nullptr) {
-        inner = device_resource{rmm::mr::detail::initial_resource()};
-      }
-      dropped.push_back(std::exchange(entry, std::move(inner)));
+  device_map::for_each([&dropped](int, device_resource& entry) {
+    auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry);
+    if (owned == nullptr) { return; }
+    device_resource inner = owned->inner();
+    if (cuda::mr::resource_cast<python_resource>(&inner) != nullptr) {
+      inner = device_map::initial();
     }
-  }
+    dropped.push_back(std::exchange(entry, std::move(inner)));
+  });
   dropped.clear();
   for (auto& [device, ref] : wrapper_cache()) { Py_DECREF(ref); }
   wrapper_cache().clear();
@@ -219,17 +205,14 @@ mr : DeviceMemoryResource
   m.def(
     "reset_per_device_resource",
     [](int device) {
-      replace_entry(device_arg(device), device_resource{rmm::mr::detail::initial_resource()});
+      replace_entry(device_arg(device), device_map::initial());
     },
     nb::arg("device"),
     "Restore librmm's initial resource (a ``CudaMemoryResource``) for ``device``.");
 
   m.def(
     "is_initialized",
-    []() {
-      std::lock_guard<std::mutex> lock{rmm::mr::detail::ref_map_lock()};
-      return rmm::mr::detail::get_ref_map().count(current_device()) != 0;
-    },
+    []() { return device_map::contains(current_device()); },
     "Whether librmm's per-device map has an entry for the current device.");
 
   m.def("_release_python_objects", &release_python_objects,

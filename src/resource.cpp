@@ -152,16 +152,6 @@ void python_resource::deallocate(cuda::stream_ref stream,
   }
 }
 
-void* python_resource::allocate_sync(std::size_t bytes, std::size_t alignment)
-{
-  return allocate(cuda::stream_ref{cudaStream_t{nullptr}}, bytes, alignment);
-}
-
-void python_resource::deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
-{
-  deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
-}
-
 device_resource const& unwrap(device_resource const& res) noexcept
 {
   if (auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&res)) {

@@ -21,6 +21,7 @@
 
 #include "device.hpp"
 #include "py_owned.hpp"
+#include "resource_base.hpp"
 
 #include <memory>
 #include <mutex>
@@ -50,7 +51,7 @@ bool inside_callback() noexcept;
 
 /// A resource that calls Python: `allocate(nbytes, stream) -> int` and
 /// `deallocate(ptr, nbytes, stream)`. Every C++ copy shares (and owns) the callables.
-class python_resource {
+class python_resource : public resource_base<python_resource> {
  public:
   struct state {
     state(nb::handle alloc, nb::handle dealloc, std::string name_)
@@ -67,12 +68,8 @@ class python_resource {
   void* allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment);
   void deallocate(cuda::stream_ref stream, void* ptr, std::size_t bytes,
                   std::size_t alignment) noexcept;
-  void* allocate_sync(std::size_t bytes, std::size_t alignment);
-  void deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept;
 
   bool operator==(python_resource const& other) const noexcept { return state_ == other.state_; }
-  bool operator!=(python_resource const& other) const noexcept { return !(*this == other); }
-  friend void get_property(python_resource const&, cuda::mr::device_accessible) noexcept {}
 
   [[nodiscard]] state const& callbacks() const noexcept { return *state_; }
   [[nodiscard]] state const* state_ptr() const noexcept { return state_.get(); }
@@ -84,33 +81,16 @@ class python_resource {
 /// A copy of a Python-made resource with a strong reference to its Python object (see the
 /// comment at the top). Also the entry nbrmm writes into librmm's per-device map, so that
 /// Python gets back the very object it set. Copies share one reference.
-class python_owned_resource {
+class python_owned_resource : public forwarding_resource<python_owned_resource> {
  public:
   python_owned_resource(device_resource inner, nb::handle owner)
     : inner_{std::move(inner)}, owner_{std::make_shared<py_owned>(owner)}
   {
   }
 
-  void* allocate(cuda::stream_ref s, std::size_t bytes, std::size_t alignment)
-  {
-    return inner_.allocate(s, bytes, alignment);
-  }
-  void deallocate(cuda::stream_ref s, void* p, std::size_t bytes, std::size_t alignment) noexcept
-  {
-    inner_.deallocate(s, p, bytes, alignment);
-  }
-  void* allocate_sync(std::size_t bytes, std::size_t alignment)
-  {
-    return inner_.allocate_sync(bytes, alignment);
-  }
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) noexcept
-  {
-    inner_.deallocate_sync(p, bytes, alignment);
-  }
   bool operator==(python_owned_resource const& o) const noexcept { return inner_ == o.inner_; }
-  bool operator!=(python_owned_resource const& o) const noexcept { return !(*this == o); }
-  friend void get_property(python_owned_resource const&, cuda::mr::device_accessible) noexcept {}
 
+  [[nodiscard]] device_resource& target() noexcept { return inner_; }
   [[nodiscard]] nb::handle owner() const noexcept { return owner_->get(); }
   [[nodiscard]] device_resource const& inner() const noexcept { return inner_; }
   /// The reference all copies share (to tell whether one copy is the only one).

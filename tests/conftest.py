@@ -1,6 +1,9 @@
-"""Shared test configuration: the ``gpu`` marker and ``--require-gpu``."""
+"""Shared test configuration: the ``gpu`` marker and ``--require-gpu``, and the test
+suite's C++ extensions (``extensions.py``) importable in child processes too."""
 
 import gc
+import os
+import pathlib
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -19,6 +22,12 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci")
 
 HAVE_GPU = nbrmm.get_device_count() > 0
+
+# Child interpreters that tests start import helpers and extensions from this folder.
+_TESTS = str(pathlib.Path(__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_TESTS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
 
 
 def pytest_addoption(parser):

@@ -10,6 +10,7 @@ import pytest
 
 import nbrmm
 import nbrmm.mr
+from extensions import testing
 from helpers import POOL_SIZE, HostHeap, read_host, write_host
 from nbrmm.statistics import Statistics
 
@@ -545,47 +546,60 @@ def test_adaptor_rejects_a_non_resource_upstream(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTORS))
-def test_adaptor_wrapped_from_cpp_is_the_right_class(name, tmp_path):
-    """A resource in librmm's map without its Python object comes back as its class,
-    sharing state with the original, with its upstream rebuilt."""
+def test_adaptor_made_by_cpp_comes_back_as_its_class(name, tmp_path):
+    """A librmm adaptor that C++ made over an nbrmm resource and wrote into librmm's map
+    comes back as its nbrmm class, its upstream as the very Python object, serving from
+    the same state."""
     heap = HostHeap()
     up = heap.resource()
-    mr = ADAPTORS[name](up, tmp_path)
-    nbrmm._nbrmm._testing.set_current_as_cpp(mr)  # the map holds only the C++ resource
+    testing.set_current_cpp(name, up, str(tmp_path / "log.csv"))
     got = nbrmm.mr.get_current_device_resource()
-    assert got is not mr and type(got) is type(mr)
-    assert got == mr
-    assert type(got.upstream_mr) is nbrmm.mr.CallbackMemoryResource
-    assert got.upstream_mr == up
-    p = got.allocate(100)  # served by the same state
+    assert type(got) is type(ADAPTORS[name](HostHeap().resource(), tmp_path))
+    assert got.upstream_mr is up and got.device == up.device
+    assert nbrmm.mr.get_current_device_resource() is got  # one wrapper while it lives
+    p = got.allocate(100)
     assert heap.bytes_in_use > 0
-    mr.deallocate(p, 100)
+    got.deallocate(p, 100)
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTORS))
+def test_adaptor_handed_over_by_cpp_is_its_class(name, tmp_path):
+    """``nbrmm::resource_to_python`` (the public C++ API) gives an adaptor made in C++ its
+    nbrmm class; dropping the object frees what it holds."""
+    heap = HostHeap()
+    up = heap.resource()
+    got = testing.make_cpp(name, up, str(tmp_path / "log.csv"))
+    assert type(got) is type(ADAPTORS[name](HostHeap().resource(), tmp_path))
+    assert got.upstream_mr is up
+    buf = nbrmm.Buffer(300, mr=got)
+    assert buf.mr is got and heap.bytes_in_use > 0
+    del buf, got
+    gc.collect()
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert heap.bytes_in_use == 0
 
 
 def test_wrapped_adaptors_share_counters_and_names(tmp_path):
     heap = HostHeap()
     stats = nbrmm.mr.StatisticsResourceAdaptor(heap.resource())
-    tracked = nbrmm.mr.TrackingResourceAdaptor(stats)
-    nbrmm._nbrmm._testing.set_current_as_cpp(tracked)
+    testing.set_current_cpp("tracking", stats)  # C++ tracks over a Python-made adaptor
     got = nbrmm.mr.get_current_device_resource()
-    assert type(got.upstream_mr) is nbrmm.mr.StatisticsResourceAdaptor
+    assert type(got) is nbrmm.mr.TrackingResourceAdaptor and got.upstream_mr is stats
     p = got.allocate(1000)
     assert stats.allocation_counts.current_bytes == 1000
-    assert tracked.get_allocated_bytes() == 1000
-    assert got.upstream_mr.allocation_counts == stats.allocation_counts
-    tracked.deallocate(p, 1000)
+    assert got.get_allocated_bytes() == 1000
+    got.deallocate(p, 1000)
+    assert stats.allocation_counts.current_bytes == 0
 
-    logged = nbrmm.mr.LoggingResourceAdaptor(heap.resource(), tmp_path / "w.csv")
-    nbrmm._nbrmm._testing.set_current_as_cpp(logged)
-    assert nbrmm.mr.get_current_device_resource().get_file_name() is None  # made by "C++"
+    testing.set_current_cpp("logging", heap.resource(), str(tmp_path / "w.csv"))
+    assert nbrmm.mr.get_current_device_resource().get_file_name() is None  # made by C++
 
-    failing = nbrmm.mr.FailureCallbackResourceAdaptor(heap.resource(), bool)
-    nbrmm._nbrmm._testing.set_current_as_cpp(failing)
-    assert nbrmm.mr.get_current_device_resource().callback is bool
+    testing.set_current_cpp("failure_callback", heap.resource())
+    assert nbrmm.mr.get_current_device_resource().callback is None  # a C++ function
 
 
 def test_statistics_adaptor_set_by_cpp_comes_back_typed():
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     cpp_ext.set_current_owned(nbrmm.get_device_count() > 0)
     try:

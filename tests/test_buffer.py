@@ -9,7 +9,8 @@ import pytest
 import nbrmm
 import nbrmm.mr
 from helpers import HostHeap, read_host, run_python, write_host
-from nbrmm._nbrmm import _testing
+from nbrmm import _nbrmm
+from extensions import testing as _testing
 
 
 def test_buffer_over_host_callbacks():

@@ -1,8 +1,8 @@
 """One current resource for Python and C++, tested against a separate C++ extension.
 
-``nbrmm._testing.cpp_ext`` is its own shared object: it uses librmm directly (not nbrmm's
-binding code) and the public header <nbrmm/nbrmm.hpp> for the hand-over of resources and
-buffers.
+``cpp_ext`` (tests/ext, built by tests/extensions.py) is its own shared object: it uses
+librmm directly (not nbrmm's binding code) and the public header <nbrmm/nbrmm.hpp> for the
+hand-over of resources and buffers.
 """
 
 import gc
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import nbrmm
 import nbrmm.mr
+from extensions import cpp_ext, testing
 from helpers import HostHeap
-from nbrmm._testing import cpp_ext
 
 DEV = nbrmm.get_current_device()
 ON_GPU = nbrmm.get_device_count() > 0
@@ -196,3 +196,67 @@ def test_reading_a_cpp_entry_twice_gives_the_same_wrapper():
     del second
     gc.collect()
     assert ref() is None  # the cache does not keep wrappers alive
+
+
+# --------------------------------------------------------------------------------------
+# C++ resources to Python (resource_to_python) and caching types (register_caching_resource)
+# --------------------------------------------------------------------------------------
+
+
+def test_a_python_resource_comes_back_from_cpp_as_itself():
+    mr = nbrmm.mr.StatisticsResourceAdaptor(HostHeap().resource())
+    assert cpp_ext.round_trip(mr) is mr
+
+
+def test_a_cpp_resource_goes_to_cpp_as_cpp_made_it():
+    """A C++-made resource's object hands C++ the resource itself (C++ can resource_cast
+    it: live_bytes does), and comes back as the same kind of object."""
+    cache = testing.host_cache_resource()
+    assert type(cache) is nbrmm.mr.DeviceMemoryResource and cache.is_host_accessible
+    buf = nbrmm.Buffer(1000, mr=cache)
+    assert testing.live_bytes(cache) == 1024
+    back = cpp_ext.round_trip(cache)
+    assert type(back) is nbrmm.mr.DeviceMemoryResource and back == cache
+    assert testing.live_bytes(back) == 1024
+    buf.close()
+    assert testing.live_bytes(cache) == 0
+
+
+def test_a_known_cpp_type_comes_back_as_its_class():
+    heap = HostHeap()
+    pool = testing.make_cpp("pool", heap.resource())
+    assert type(pool) is nbrmm.mr.PoolMemoryResource
+    assert pool.pool_size() == 1 << 16 and not pool.is_host_accessible
+
+
+def test_memory_of_an_unknown_cpp_type_is_host_accessible_only_when_declared():
+    heap = testing.host_heap_resource()  # declared host-accessible by the extension
+    assert memoryview(nbrmm.Buffer(8, mr=heap)).nbytes == 8
+    plain = nbrmm.mr.DeviceMemoryResource._from_capsule(heap.__nbrmm_resource__())
+    assert not plain.is_host_accessible and plain == heap
+    with pytest.raises(BufferError):
+        memoryview(nbrmm.Buffer(8, mr=plain))
+
+
+@pytest.mark.parametrize("bad", [None, 1, object(), "nbrmm.device_resource"])
+def test_capsule_entry_points_refuse_other_objects(bad):
+    with pytest.raises(TypeError, match="capsule"):
+        nbrmm.mr.DeviceMemoryResource._from_capsule(bad)
+    with pytest.raises(TypeError, match="capsule"):
+        nbrmm._nbrmm._register_caching_resource(bad)
+
+
+def test_a_capsule_of_another_kind_is_refused():
+    mr = HostHeap().resource()
+    with pytest.raises(TypeError, match="capsule"):
+        nbrmm._nbrmm._register_caching_resource(mr.__nbrmm_resource__())
+
+
+def test_a_registered_caching_type_defers_frees():
+    cache = testing.host_cache_resource()
+    nbrmm._nbrmm._flush_deferred_frees()
+    nbrmm.Buffer(512, mr=cache)  # dies at once, with the GIL held: its free waits
+    assert nbrmm._nbrmm._deferred_frees() == (1, 512)
+    assert testing.live_bytes(cache) == 512
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert testing.live_bytes(cache) == 0

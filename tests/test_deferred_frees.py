@@ -16,7 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import nbrmm
 import nbrmm.mr
 from helpers import run_python
-from nbrmm._nbrmm import _testing
+from nbrmm import _nbrmm
+from extensions import testing as _testing
 
 CAPACITY = 16
 BUDGET = 1 << 20
@@ -38,10 +39,10 @@ class ForeignStream:
 
 @pytest.fixture(autouse=True)
 def _empty_queue():
-    _testing.flush_deferred_frees()
-    assert _testing.deferred_frees() == (0, 0)
+    _nbrmm._flush_deferred_frees()
+    assert _nbrmm._deferred_frees() == (0, 0)
     yield
-    _testing.flush_deferred_frees()
+    _nbrmm._flush_deferred_frees()
 
 
 @pytest.fixture
@@ -53,12 +54,12 @@ def test_destroyed_buffer_waits_for_the_next_allocation(cache):
     buf = nbrmm.Buffer(300, mr=cache)
     assert _testing.live_bytes(cache) == 512
     del buf
-    assert _testing.deferred_frees() == (1, 300)
+    assert _nbrmm._deferred_frees() == (1, 300)
     assert _testing.live_bytes(cache) == 512  # not freed yet
     nbrmm.Buffer(0, mr=cache)  # allocates nothing, releases no GIL: still queued
-    assert _testing.deferred_frees() == (1, 300)
+    assert _nbrmm._deferred_frees() == (1, 300)
     other = nbrmm.Buffer(16, mr=cache)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 256  # the old block is back, the new one live
     del other
 
@@ -73,45 +74,45 @@ def test_every_gil_release_empties_the_queue(cache):
         lambda: nbrmm.Buffer(0, mr=cache).reserve(600),
     ):
         nbrmm.Buffer(64, mr=cache)  # created and destroyed: queued
-        assert _testing.deferred_frees() == (1, 64)
+        assert _nbrmm._deferred_frees() == (1, 64)
         release()
-        assert _testing.deferred_frees()[0] <= 1  # the release's own buffer may be queued
-        _testing.flush_deferred_frees()
+        assert _nbrmm._deferred_frees()[0] <= 1  # the release's own buffer may be queued
+        _nbrmm._flush_deferred_frees()
         assert _testing.live_bytes(cache) == 0
 
 
 def test_close_frees_at_once(cache):
     buf = nbrmm.Buffer(256, mr=cache)
     buf.close()
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
     with nbrmm.Buffer(256, mr=cache):
         pass
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
 
 
 def test_only_caching_resources_defer():
     heap = _testing.host_heap_resource()
     nbrmm.Buffer(256, mr=heap)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 def test_only_the_default_stream_defers(cache):
     nbrmm.Buffer(256, mr=cache, stream=ForeignStream(0x1234))
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
     # The legacy default stream, however spelled, defers.
     nbrmm.Buffer(256, mr=cache, stream=ForeignStream(1))
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
 
 
 def test_large_blocks_are_freed_at_once(cache):
     nbrmm.Buffer(BUDGET + 1, mr=cache)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
     nbrmm.Buffer(BUDGET, mr=cache)  # exactly the budget may wait
-    assert _testing.deferred_frees() == (1, BUDGET)
+    assert _nbrmm._deferred_frees() == (1, BUDGET)
 
 
 def test_queue_is_bounded(cache):
@@ -121,9 +122,9 @@ def test_queue_is_bounded(cache):
     # together with the whole queue.
     for _ in range(CAPACITY - 1):
         live.pop()
-    assert _testing.deferred_frees() == (CAPACITY, CAPACITY * 256)
+    assert _nbrmm._deferred_frees() == (CAPACITY, CAPACITY * 256)
     live.pop()
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
     assert not live
 
@@ -132,9 +133,9 @@ def test_byte_budget(cache):
     big = [nbrmm.Buffer(BUDGET // 2, mr=cache) for _ in range(3)]
     big.pop()
     big.pop()
-    assert _testing.deferred_frees() == (2, BUDGET)
+    assert _nbrmm._deferred_frees() == (2, BUDGET)
     big.pop()  # over the budget: freed at once, with the queue
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     assert _testing.live_bytes(cache) == 0
 
 
@@ -144,7 +145,7 @@ def test_freed_block_is_available_to_the_next_allocation():
     with pytest.raises(MemoryError):
         nbrmm.Buffer(256, mr=limited)
     del buf
-    assert _testing.deferred_frees() == (1, 768 * 1024)
+    assert _nbrmm._deferred_frees() == (1, 768 * 1024)
     # The queue is emptied before allocating, so the limit is not hit.
     again = nbrmm.Buffer(768 * 1024, mr=limited)
     assert again.size == 768 * 1024
@@ -153,9 +154,9 @@ def test_freed_block_is_available_to_the_next_allocation():
 def test_resource_death_empties_the_queue():
     cache = _testing.host_cache_resource()
     nbrmm.Buffer(256, mr=cache)
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     del cache  # the queue may hold the last C++ copy of the resource: freed with it
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 def test_subclasses_and_device_buffer_defer(cache):
@@ -163,9 +164,9 @@ def test_subclasses_and_device_buffer_defer(cache):
         pass
 
     Mine(256, mr=cache)
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     nbrmm.DeviceBuffer(size=256, mr=cache)  # its allocation freed Mine's block first
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     assert _testing.live_bytes(cache) == 256
 
 
@@ -189,7 +190,7 @@ def test_threads_lose_nothing(cache):
         t.join(timeout=300)
         assert not t.is_alive()
     assert errors == []
-    _testing.flush_deferred_frees()
+    _nbrmm._flush_deferred_frees()
     assert _testing.live_bytes(cache) == 0
 
 
@@ -198,15 +199,16 @@ def test_exit_with_queued_frees():
         """
         import atexit
         import nbrmm
-        from nbrmm._nbrmm import _testing
+        from nbrmm import _nbrmm
+        from extensions import testing as _testing
 
         cache = _testing.host_cache_resource()
         keep = nbrmm.Buffer(256, mr=cache)
         nbrmm.Buffer(512, mr=cache)
-        assert _testing.deferred_frees() == (1, 512)
+        assert _nbrmm._deferred_frees() == (1, 512)
 
         # Registered after nbrmm's own handlers, so it runs before them.
-        atexit.register(lambda: print("at exit", _testing.deferred_frees()))
+        atexit.register(lambda: print("at exit", _nbrmm._deferred_frees()))
         """
     )
     assert proc.returncode == 0, proc.stderr
@@ -218,17 +220,19 @@ def test_stop_frees_the_queue_and_ends_deferral():
     proc = run_python(
         """
         import nbrmm
-        from nbrmm._nbrmm import _stop_deferring_frees, _testing
+        from nbrmm import _nbrmm
+        from nbrmm._nbrmm import _stop_deferring_frees
+        from extensions import testing as _testing
 
         cache = _testing.host_cache_resource()
         nbrmm.Buffer(512, mr=cache)
-        assert _testing.deferred_frees() == (1, 512)
+        assert _nbrmm._deferred_frees() == (1, 512)
         _stop_deferring_frees()
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
         assert _testing.live_bytes(cache) == 0
-        assert _testing.defer_frees(True) is False  # stays off for good
+        assert _nbrmm._defer_frees(True) is False  # stays off for good
         nbrmm.Buffer(512, mr=cache)
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
         assert _testing.live_bytes(cache) == 0
         print("ok")
         """
@@ -243,7 +247,7 @@ class DeferredFrees(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        _testing.flush_deferred_frees()
+        _nbrmm._flush_deferred_frees()
         self.cache = _testing.host_cache_resource()
         self.buffers = []
 
@@ -264,12 +268,12 @@ class DeferredFrees(RuleBasedStateMachine):
 
     @rule()
     def flush(self):
-        _testing.flush_deferred_frees()
-        assert _testing.deferred_frees() == (0, 0)
+        _nbrmm._flush_deferred_frees()
+        assert _nbrmm._deferred_frees() == (0, 0)
 
     @invariant()
     def accounted(self):
-        count, nbytes = _testing.deferred_frees()
+        count, nbytes = _nbrmm._deferred_frees()
         assert 0 <= count <= CAPACITY
         assert 0 <= nbytes <= BUDGET
         in_buffers = sum(rounded(b.size) for b in self.buffers)
@@ -279,7 +283,7 @@ class DeferredFrees(RuleBasedStateMachine):
 
     def teardown(self):
         self.buffers.clear()
-        _testing.flush_deferred_frees()
+        _nbrmm._flush_deferred_frees()
         assert _testing.live_bytes(self.cache) == 0
 
 
@@ -306,15 +310,15 @@ def test_librmm_caching_resources_defer(name):
     buf = nbrmm.Buffer(256, mr=mr)
     buf.copy_from_host(bytes(range(256)))
     del buf
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     again = nbrmm.Buffer(256, mr=mr)  # the queue is freed first
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     again.copy_from_host(b"\xff" * 256)
     assert again.tobytes() == b"\xff" * 256
     del again
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     del mr  # the resource object's death frees the queue (and the resource)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 OTHERS = {
@@ -330,7 +334,7 @@ OTHERS = {
 def test_other_resources_free_at_once(name):
     mr = OTHERS[name]()
     nbrmm.Buffer(256, mr=mr)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 @pytest.mark.gpu
@@ -341,7 +345,7 @@ def test_adaptors_over_a_pool_see_every_free_at_once():
     for mr in (stats, tracking):
         buf = nbrmm.Buffer(256, mr=mr)
         del buf
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
     assert stats.allocation_counts.current_bytes == 0
     assert tracking.get_allocated_bytes() == 0
 
@@ -351,9 +355,9 @@ def test_other_streams_free_at_once():
     arena = CACHING["arena"]()
     stream = nbrmm.Stream()
     nbrmm.Buffer(256, mr=arena, stream=stream)
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     nbrmm.Buffer(256, mr=arena, stream=nbrmm.DEFAULT_STREAM)
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
 
 
 @pytest.mark.gpu
@@ -365,7 +369,7 @@ def test_pool_at_its_maximum_allocates_a_queued_block_again():
     with pytest.raises(MemoryError):
         nbrmm.Buffer(768 * 1024, mr=pool)
     del buf
-    assert _testing.deferred_frees() == (1, 768 * 1024)
+    assert _nbrmm._deferred_frees() == (1, 768 * 1024)
     again = nbrmm.Buffer(768 * 1024, mr=pool)
     assert again.size == 768 * 1024
 
@@ -375,9 +379,9 @@ def test_current_resource_defers_and_replacing_it_frees_the_queue():
     pool = CACHING["pool"]()
     nbrmm.mr.set_current_device_resource(pool)
     nbrmm.Buffer(256)
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
     nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaMemoryResource())
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 @pytest.mark.gpu
@@ -389,21 +393,21 @@ def test_cupy_memory_from_a_caching_resource_defers():
     with cupy.cuda.using_allocator(hook.cupy_allocator(mr=arena)):
         a = cupy.arange(64, dtype=cupy.uint32)
         assert int(a.sum()) == 64 * 63 // 2
-        _testing.flush_deferred_frees()  # the sum's temporary result
+        _nbrmm._flush_deferred_frees()  # the sum's temporary result
         del a
-        assert _testing.deferred_frees() == (1, 256)
+        assert _nbrmm._deferred_frees() == (1, 256)
         b = cupy.zeros(64, dtype=cupy.uint32)  # frees the queue first
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
         assert int(b.sum()) == 0
         del b
     nbrmm.mr.set_current_device_resource(arena)  # frees the queue
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
     with cupy.cuda.using_allocator(hook.rmm_cupy_allocator):
         c = cupy.ones(16, dtype=cupy.uint8)
         del c
-        assert _testing.deferred_frees() == (1, 16)
+        assert _nbrmm._deferred_frees() == (1, 16)
     nbrmm.mr.set_current_device_resource(nbrmm.mr.CudaMemoryResource())
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (0, 0)
 
 
 @pytest.mark.gpu
@@ -417,22 +421,22 @@ def test_cupy_memory_on_another_stream_frees_at_once():
     ):
         a = cupy.empty(256, dtype=cupy.uint8)
         del a
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
 
 
 def test_deferral_can_be_switched_off_for_measurement(cache):
     nbrmm.Buffer(256, mr=cache)
-    assert _testing.deferred_frees() == (1, 256)
-    assert _testing.defer_frees(False) is True  # switching off frees the queue
-    assert _testing.deferred_frees() == (0, 0)
+    assert _nbrmm._deferred_frees() == (1, 256)
+    assert _nbrmm._defer_frees(False) is True  # switching off frees the queue
+    assert _nbrmm._deferred_frees() == (0, 0)
     try:
         nbrmm.Buffer(256, mr=cache)
-        assert _testing.deferred_frees() == (0, 0)
+        assert _nbrmm._deferred_frees() == (0, 0)
         assert _testing.live_bytes(cache) == 0
     finally:
-        assert _testing.defer_frees(True) is False
+        assert _nbrmm._defer_frees(True) is False
     nbrmm.Buffer(256, mr=cache)
-    assert _testing.deferred_frees() == (1, 256)
+    assert _nbrmm._deferred_frees() == (1, 256)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -441,21 +445,22 @@ def test_forked_child_drops_the_queue_without_freeing():
         """
         import os
         import nbrmm
-        from nbrmm._nbrmm import _testing
+        from nbrmm import _nbrmm
+        from extensions import testing as _testing
 
         cache = _testing.host_cache_resource()
         nbrmm.Buffer(512, mr=cache)
-        assert _testing.deferred_frees() == (1, 512)
+        assert _nbrmm._deferred_frees() == (1, 512)
         pid = os.fork()
         if pid == 0:
             # The child's copy of the queue is gone and nothing was freed in the child.
-            ok = _testing.deferred_frees() == (0, 0) and _testing.live_bytes(cache) == 512
+            ok = _nbrmm._deferred_frees() == (0, 0) and _testing.live_bytes(cache) == 512
             nbrmm.Buffer(256, mr=cache)  # deferral still works in the child
-            ok = ok and _testing.deferred_frees() == (1, 256)
+            ok = ok and _nbrmm._deferred_frees() == (1, 256)
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0, status
-        assert _testing.deferred_frees() == (1, 512)  # the parent's queue is untouched
+        assert _nbrmm._deferred_frees() == (1, 512)  # the parent's queue is untouched
         print("ok")
         """
     )

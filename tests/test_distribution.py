@@ -85,11 +85,6 @@ def test_shipped_header_stub_and_license_are_the_sources():
         assert whl.read(license_name) == (ROOT / "LICENSE").read_bytes()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the C++ test extension (nbrmm/_testing/cpp_ext) and its package are still "
-    "built into the wheel; the tests are to build them for themselves",
-)
 def test_wheel_has_nothing_test_only():
     files = wheel_files()
     test_only = [f for f in files if re.search(r"(^|/)(_testing|tests?)/|cpp_ext", f)]
@@ -130,7 +125,7 @@ def test_sdist_has_what_a_build_needs(sdist):
 
 def test_sdist_has_no_benchmark_results_or_build_output(sdist):
     for name in sdist:
-        assert not re.match(r"benchmarks/results/.*\.(png|csv)$", name), name
+        assert not re.match(r"benchmark-analysis/results/.*\.(png|csv)$", name), name
         assert not re.match(r"(build|dist|docs/_build|\.venv|\.mypy_cache)/", name), name
         assert not name.endswith((".so", ".pyc")), name
-    assert "benchmarks/results/report.md" in sdist  # the report's text stays
+    assert "benchmark-analysis/results/report.md" in sdist  # the report's text stays

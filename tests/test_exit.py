@@ -11,7 +11,7 @@ PRELUDE = textwrap.dedent(
     """
     import ctypes, gc, sys, threading
     import nbrmm, nbrmm.mr
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
     libc = ctypes.CDLL(None)
     libc.aligned_alloc.restype = ctypes.c_void_p
     libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]

@@ -31,7 +31,7 @@ from helpers import (
     run_python,
     write_host,
 )
-from nbrmm._testing import cpp_ext
+from extensions import cpp_ext
 
 LEGACY = cc.LEGACY_DEFAULT_STREAM
 PER_THREAD = cc.PER_THREAD_DEFAULT_STREAM

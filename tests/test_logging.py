@@ -282,7 +282,7 @@ def test_gpu_logging_on_a_pool(tmp_path):
 
 
 def test_logging_wraps_a_resource_that_cpp_set(tmp_path):
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     cpp_ext.set_current_owned(nbrmm.get_device_count() > 0)
     nbrmm.enable_logging(tmp_path / "cpp.csv")

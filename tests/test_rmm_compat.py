@@ -283,6 +283,23 @@ def test_every_difference_row_has_its_test():
     assert expected == tests
 
 
+def test_difference_cpp_resource_cast():
+    from extensions import testing
+
+    heap = HostHeap()
+    stats = nbrmm.mr.StatisticsResourceAdaptor(heap.resource())
+    # Made in Python: the wrapper carries the object; C++ sees neither a cache nor itself.
+    with pytest.raises(TypeError, match="not a host_cache_resource"):
+        testing.live_bytes(stats)
+    # Made in C++: C++ gets its own resource back and can resource_cast it.
+    cache = testing.host_cache_resource()
+    nbrmm.mr.set_current_device_resource(cache)
+    assert testing.live_bytes(nbrmm.mr.get_current_device_resource()) == 0
+    buf = nbrmm.Buffer(100)
+    assert testing.live_bytes(cache) == 256 and buf.mr == cache
+    buf.close()
+
+
 def test_difference_callback_exceptions():
     heap = HostHeap()
 
@@ -456,7 +473,7 @@ def test_difference_device_ids_checked():
 
 
 def test_difference_per_device_map():
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     mine = HostHeap().resource()
     mr.set_current_device_resource(mine)

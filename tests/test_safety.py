@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 import nbrmm
 import nbrmm.mr as mr
+from extensions import testing
 from helpers import HostHeap, run_python
 
 ON_GPU = nbrmm.get_device_count() > 0
-host_heap = nbrmm._nbrmm._testing.host_heap_resource
+host_heap = testing.host_heap_resource
 
 
 def collect():
@@ -477,8 +478,8 @@ def test_buffer_freed_inside_a_callback_of_its_resource_waits():
     big = nbrmm.Buffer(1 << 20, mr=pool)  # grows the pool: the callback runs
     assert "victim" not in holder
     big.close()
-    nbrmm._nbrmm._testing.flush_deferred_frees()
-    assert nbrmm._nbrmm._testing.deferred_frees() == (0, 0)
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
 
 
 def test_failure_callback_may_free_memory_of_its_upstream():
@@ -505,6 +506,7 @@ EXIT_WITH_THREADS = """
 import threading, time, sys
 sys.path.insert(0, {tests!r})
 import nbrmm, nbrmm.mr
+from extensions import testing
 from helpers import HostHeap
 res = {make}
 def work():
@@ -520,10 +522,10 @@ print("exiting")
 @pytest.mark.parametrize(
     "make",
     [
-        "nbrmm._nbrmm._testing.host_heap_resource()",
+        "testing.host_heap_resource()",
         "HostHeap().resource()",
         "nbrmm.mr.PoolMemoryResource(HostHeap().resource(), 1 << 20)",
-        "nbrmm.mr.StatisticsResourceAdaptor(nbrmm._nbrmm._testing.host_cache_resource())",
+        "nbrmm.mr.StatisticsResourceAdaptor(testing.host_cache_resource())",
     ],
     ids=["cpp_heap", "python_heap", "pool_over_python", "statistics_over_cache"],
 )
@@ -762,7 +764,7 @@ LEAK_SCENARIOS = {
         ptr = res.allocate(100)
     """,
     "exported_buffer_at_exit": """
-        buf = nbrmm.Buffer(64, mr=nbrmm._nbrmm._testing.host_heap_resource())
+        buf = nbrmm.Buffer(64, mr=testing.host_heap_resource())
         view = memoryview(buf)
     """,
 }
@@ -775,7 +777,7 @@ def test_exit_reports_no_leak(name):
     tests = str(__import__("pathlib").Path(__file__).parent)
     code = (
         f"import sys\nsys.path.insert(0, {tests!r})\nimport nbrmm, nbrmm.mr\n"
-        "from helpers import HostHeap\nheap = HostHeap()\n"
+        "from extensions import testing\nfrom helpers import HostHeap\nheap = HostHeap()\n"
         + textwrap.dedent(LEAK_SCENARIOS[name])
         + "\nprint('done')\n"
     )

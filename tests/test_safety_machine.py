@@ -16,9 +16,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import nbrmm
 import nbrmm.mr as mr
+from extensions import testing
 from helpers import HostHeap
 
-host_heap = nbrmm._nbrmm._testing.host_heap_resource
+host_heap = testing.host_heap_resource
 
 EXPORTERS = {
     "memoryview": memoryview,
@@ -61,7 +62,7 @@ class SafetyMachine(RuleBasedStateMachine):
         self.resources.clear()
         self.binnings.clear()
         gc.collect()
-        nbrmm._nbrmm._testing.flush_deferred_frees()
+        nbrmm._nbrmm._flush_deferred_frees()
         assert self.heap.bytes_in_use == 0
 
     # -- resource graphs ---------------------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import nbrmm
 import nbrmm.mr
 from helpers import HostHeap
-from nbrmm._testing import cpp_ext
+from extensions import cpp_ext
 
 ON_GPU = nbrmm.get_device_count() > 0
 

@@ -533,7 +533,7 @@ def test_gpu_statistics_and_profiler_on_a_pool():
 
 
 def test_statistics_follow_a_resource_that_cpp_set():
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     cpp_ext.set_current_owned(ON_GPU)  # C++'s own statistics adaptor becomes current
     assert isinstance(nbrmm.mr.get_current_device_resource(), nbrmm.mr.StatisticsResourceAdaptor)
@@ -563,7 +563,7 @@ def test_statistics_follow_a_resource_that_cpp_set():
 
 
 def test_statistics_block_counts_cpp_allocations(heap):
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     with st.statistics() as adaptor:
         assert not cpp_ext.current_is_owned()
@@ -576,7 +576,7 @@ def test_statistics_block_counts_cpp_allocations(heap):
 
 
 def test_statistics_block_detects_cpp_replacing_the_current_resource(heap):
-    from nbrmm._testing import cpp_ext
+    from extensions import cpp_ext
 
     with pytest.raises(ValueError, match="changed"):
         with st.statistics():

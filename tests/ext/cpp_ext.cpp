@@ -112,6 +112,17 @@ NB_MODULE(cpp_ext, m)
     "Allocate from an nbrmm resource received through the C++ API, hand the buffer back.");
 
   m.def(
+    "round_trip",
+    [](nb::handle mr) {
+      PyObject* obj = nbrmm::resource_to_python(nbrmm::resource_from_python(mr.ptr()));
+      if (obj == nullptr) { throw nb::python_error(); }
+      return nb::steal(obj);
+    },
+    nb::arg("mr").none(),
+    "An nbrmm resource to C++ and back through the C++ API (resource_from_python, then "
+    "resource_to_python).");
+
+  m.def(
     "hold_resource",
     [](nb::handle mr) { held_resource().emplace(nbrmm::resource_from_python(mr.ptr())); },
     nb::arg("mr"), "Keep a C++ copy of an nbrmm resource, beyond every Python reference.");
