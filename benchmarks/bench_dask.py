@@ -18,7 +18,7 @@ can reuse results of a previous round. The result is checked against NumPy.
 
 ``extra_info``: ``case`` ``paired``, ``target`` ``dask_cupy``, ``ops`` 1 (one pipeline
 per timed call), ``reference_ns`` ``{"rmm": median ns per pipeline}``, and the workload's
-shape (``blocks``, ``size`` of a block in bytes, ``steps``, ``pool_bytes``). ``report.py``
+shape (``blocks``, ``size`` of a block in bytes, ``steps``, ``pool_bytes``). ``benchmark-analysis/report.py``
 reports the ratio of the medians, nbrmm / rmm (target: at most 1.0).
 
 Without a GPU, ``bench_dask_host_pipeline`` runs the same harness once, untimed, on two

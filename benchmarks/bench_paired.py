@@ -6,7 +6,7 @@ round times a batch of ``BATCH`` calls of the subject (pytest-benchmark's statis
 right before it, in pytest-benchmark's untimed ``setup``, a batch of each reference. The
 medians of the subject and of its references therefore come from the same moments.
 
-Per call, ``report.py`` divides the batch times by ``ops`` (``extra_info``), which also
+Per call, ``benchmark-analysis/report.py`` divides the batch times by ``ops`` (``extra_info``), which also
 records the reference medians (``reference_ns``, ns per call) and the target (``target``):
 
 ``buffer_overhead``
@@ -54,7 +54,7 @@ from support import (
 )
 
 import nbrmm
-from nbrmm._nbrmm import _testing
+from extensions import testing as _testing
 
 #: Calls per timed batch, and rounds (batches) per case.
 BATCH = 100

@@ -6,8 +6,8 @@ optionally gzipped, or CSV this script wrote), prints every target's runs, media
 a 95% confidence interval of the median, and how many runs met it, and can write one CSV
 row per run and target.
 
-    python benchmarks/paired_runs.py RUN.json [RUN.json.gz ...] [--commit C] [--csv OUT]
-    python benchmarks/paired_runs.py benchmarks/results/paired-runs.csv
+    python benchmark-analysis/paired_runs.py RUN.json [RUN.json.gz ...] [--commit C] [--csv OUT]
+    python benchmark-analysis/paired_runs.py benchmark-analysis/results/paired-runs.csv
 
 A target is a ratio (subject ÷ reference, as in ``report.py``) or, for ``Buffer``, the
 nanoseconds over librmm's C++ floor. ``--commit`` names the commit measured by the JSON

@@ -1,6 +1,6 @@
 """Turns the benchmark suite's pytest-benchmark JSON into a report.
 
-    python benchmarks/report.py BENCH.json --out DIR
+    python benchmark-analysis/report.py BENCH.json --out DIR
 
 writes ``DIR/report.md`` (tables of medians, ratios to each alternative library and to
 librmm's C++ floor, and the targets evaluated) and, when matplotlib can be imported,
@@ -215,6 +215,12 @@ def md_table(header, rows, numeric=True):
     lines.append("|" + "|".join(align) + "|")
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def parse_md_table(markdown):
+    """The stripped cells of each table row in ``markdown`` (what md_table writes)."""
+    rows = (line.strip() for line in markdown.splitlines())
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows if row.startswith("|")]
 
 
 # ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""benchmarks/report.py: markdown tables, ratios and targets from a pytest-benchmark JSON."""
+"""benchmark-analysis/report.py: markdown tables, ratios and targets from a pytest-benchmark JSON."""
 
 import importlib.util
 import json
@@ -11,9 +11,9 @@ import sys
 import pytest
 
 import nbrmm
-from helpers import table_rows
+from report import parse_md_table
 
-REPORT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "report.py"
+REPORT = pathlib.Path(__file__).resolve().parents[1] / "report.py"
 MiB = 1 << 20
 
 
@@ -145,7 +145,7 @@ def run_report(report, tmp_path, monkeypatch):
 
 def rows(markdown, first_cell):
     """The cells of every table row whose first cell is ``first_cell``."""
-    return [cells for cells in table_rows(markdown) if cells[0] == first_cell]
+    return [cells for cells in parse_md_table(markdown) if cells[0] == first_cell]
 
 
 def row(markdown, first_cell):

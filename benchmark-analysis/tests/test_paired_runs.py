@@ -1,4 +1,4 @@
-"""benchmarks/paired_runs.py: the interleaved targets summed over several runs."""
+"""benchmark-analysis/paired_runs.py: the interleaved targets summed over several runs."""
 
 import gzip
 import importlib
@@ -7,19 +7,18 @@ import pathlib
 import sys
 
 import pytest
+from report import parse_md_table
 
-from helpers import table_rows
-
-BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+ANALYSIS = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def runs():
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path.insert(0, str(ANALYSIS))
     try:
         yield importlib.import_module("paired_runs")
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(ANALYSIS))
         sys.modules.pop("paired_runs", None)
         sys.modules.pop("report", None)
 
@@ -48,7 +47,7 @@ def buffer(kind, ns, floor, impl="nbrmm"):
 
 def cells(markdown, first, second):
     """The cells after the first two of the table row that starts ``first | second``."""
-    for c in table_rows(markdown):
+    for c in parse_md_table(markdown):
         if c[:2] == [first, second]:
             return c[2:]
     raise AssertionError(f"no row {first!r} / {second!r} in:\n{markdown}")

@@ -1,0 +1,6 @@
+"""The analysis tools' tests: ``report.py`` and ``paired_runs.py`` are importable."""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
