@@ -8,7 +8,9 @@ pyproject.toml).
 ``examples`` writes the Python code of each documentation page (``docs/**/*.md`` and
 README.md: ``pycon`` statements and ``python`` blocks, in order) to a module of its own
 and runs ``mypy --strict`` over them, so that a user's code written like the examples
-type-checks against nbrmm's stubs. ``stubtest`` runs ``python -m mypy.stubtest nbrmm``
+type-checks against nbrmm's stubs. A ``pycon`` statement whose expected output is a
+``TypeError`` shows an argument that nbrmm refuses by its type: it is written with
+``# type: ignore``, and as ``--strict`` reports an unused ignore, mypy must refuse it too. ``stubtest`` runs ``python -m mypy.stubtest nbrmm``
 with ``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it
 where nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
 """
@@ -16,6 +18,7 @@ where nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is my
 from __future__ import annotations
 
 import argparse
+import doctest
 import pathlib
 import re
 import shutil
@@ -26,7 +29,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALLOWLIST = ROOT / "scripts" / "stubtest-allowlist.txt"
 sys.path.insert(0, str(ROOT / "tests"))
 
-from doc_examples import blocks, pages  # noqa: E402
+from doc_examples import Block, blocks, pages  # noqa: E402
+
+# A doctest's expected exception: "TypeError: ..." (doctest keeps the line after the traceback).
+_TYPE_ERROR = re.compile(r"TypeError\b")
 
 
 def module_name(page: pathlib.Path) -> str:
@@ -35,12 +41,29 @@ def module_name(page: pathlib.Path) -> str:
     return re.sub(r"\W", "_", "_".join(relative.parts)).lower()
 
 
+def typed_source(block: Block) -> str:
+    """The code of a block, with ``# type: ignore`` on the first line of each ``pycon``
+    statement that is expected to raise ``TypeError``."""
+    if block.language != "pycon":
+        return block.source
+    parts = []
+    for example in doctest.DocTestParser().get_examples(block.text):
+        source = example.source
+        if example.exc_msg is not None and _TYPE_ERROR.match(example.exc_msg):
+            first, newline, rest = source.partition("\n")
+            source = f"{first}  # type: ignore{newline}{rest}"
+        parts.append(source)
+    return "".join(parts)
+
+
 def write_examples(folder: pathlib.Path) -> list[pathlib.Path]:
     """One module per page that has Python examples, in ``folder``; returns their paths."""
     written = []
     for page in pages():
         code = [
-            f"# {block.where()}\n{block.source}" for block in blocks(page) if block.source.strip()
+            f"# {block.where()}\n{typed_source(block)}"
+            for block in blocks(page)
+            if block.source.strip()
         ]
         if code:
             path = folder / f"{module_name(page)}.py"

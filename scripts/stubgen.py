@@ -1,9 +1,15 @@
 """Generates python/nbrmm/_nbrmm.pyi with nanobind's stubgen.
 
-The stub must not depend on the Python version that generates it: slots that only some
-versions expose as methods (``__buffer__``/``__release_buffer__``, Python >= 3.12) are
-left out, and so is ``__del__``, the wrapper CPython shows for a type's garbage-collector
-finalizer (not a method to call).
+The stub declares the private functions too (nbrmm's Python modules call them, and mypy
+checks those calls). It must not depend on the Python version that generates it: slots
+that only some versions expose as methods (``__buffer__``/``__release_buffer__``, Python
+>= 3.12) are left out, and so is ``__del__``, the wrapper CPython shows for a type's
+garbage-collector finalizer (not a method to call).
+
+Two imports that stubgen derives from the runtime module are dropped: the test-only
+submodule ``_testing`` (no stub), and ``nbrmm._pickle``'s reduce functions, which
+``nbrmm._pickle`` installs on ``Buffer`` at import (stubgen would declare them as
+module-level names; ``object`` already declares both methods).
 """
 
 import argparse
@@ -16,8 +22,18 @@ import tempfile
 LEFT_OUT = ("__buffer__", "__release_buffer__", "__del__")
 
 
+# Imports of the generated stub that are dropped (whole statements, as stubgen writes them).
+LEFT_OUT_IMPORTS = (
+    re.compile(r"^from nbrmm\._nbrmm import _testing as _testing\n", re.M),
+    re.compile(r"^from nbrmm\._pickle import \([^)]*\)\n", re.M),
+    re.compile(r"^from nbrmm\._pickle import [^(\n]*\n", re.M),
+)
+
+
 def normalize(text: str) -> str:
-    """Drop the left-out methods (with their docstrings) from a stub."""
+    """Drop the left-out methods (with their docstrings) and imports from a stub."""
+    for pattern in LEFT_OUT_IMPORTS:
+        text = pattern.sub("", text)
     lines = text.splitlines(keepends=True)
     out, skip_indent = [], None
     for line in lines:
@@ -42,7 +58,8 @@ def generate(output: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = pathlib.Path(tmp) / "_nbrmm.pyi"
         subprocess.run(
-            [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "nbrmm._nbrmm", "-o", str(raw)],
+            [sys.executable, "-m", "nanobind.stubgen", "-q", "--include-private",
+             "-m", "nbrmm._nbrmm", "-o", str(raw)],
             check=True,
         )
         output.write_text(normalize(raw.read_text()))

@@ -53,13 +53,18 @@ GIL held. The memory is treated as device-accessible.)doc")
         self->calls_python = true;
         self->res          = device_resource{std::move(py)};
       },
-      nb::arg("allocate_func"), nb::arg("deallocate_func"))
+      nb::arg("allocate_func"), nb::arg("deallocate_func"),
+      nb::sig("def __init__(self, "
+              "allocate_func: collections.abc.Callable[[int, Stream], int], "
+              "deallocate_func: collections.abc.Callable[[int, int, Stream], None]) -> None"))
     .def_prop_ro(
       "allocate_func",
       [](CallbackMemoryResource& self) {
         auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
         return nb::borrow(py->callbacks().allocate.get());
       },
+      nb::for_getter(nb::sig(
+        "def allocate_func(self, /) -> collections.abc.Callable[[int, Stream], int]")),
       "The allocation callable.")
     .def_prop_ro(
       "deallocate_func",
@@ -67,6 +72,8 @@ GIL held. The memory is treated as device-accessible.)doc")
         auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
         return nb::borrow(py->callbacks().deallocate.get());
       },
+      nb::for_getter(nb::sig(
+        "def deallocate_func(self, /) -> collections.abc.Callable[[int, int, Stream], None]")),
       "The deallocation callable.");
 
   register_wrapper([](device_resource const& res, int device) -> nb::object {

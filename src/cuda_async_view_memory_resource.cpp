@@ -110,7 +110,8 @@ pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
         if (held != nullptr) { self->own_refs.push_back(held); }
       },
       nb::arg("pool_handle"),
-      nb::sig("def __init__(self, pool_handle: object) -> None"))
+      nb::sig("def __init__(self, pool_handle: typing.SupportsInt | typing.SupportsIndex | "
+              "nbrmm._typing.HasPoolHandle) -> None"))
     .def(
       "pool_handle",
       [](CudaAsyncViewMemoryResource& self) {

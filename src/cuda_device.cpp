@@ -140,7 +140,7 @@ nbrmm.CudaError
       info["pci_bus_id"]         = prop.pciBusID;
       return info;
     },
-    nb::arg("device"),
+    nb::arg("device"), nb::sig("def get_device_info(device: int) -> nbrmm._typing.DeviceInfo"),
     R"doc(Name, memory and compute capability of a device.
 
 Returns
@@ -163,6 +163,7 @@ dict
       v["nanobind"]     = NB_VERSION_MAJOR * 10000 + NB_VERSION_MINOR * 100 + NB_VERSION_PATCH;
       return v;
     },
+    nb::sig("def get_versions() -> nbrmm._typing.Versions"),
     R"doc(Versions of the CUDA driver and runtime nbrmm runs with.
 
 Returns

@@ -214,11 +214,12 @@ nbrmm.CudaError
          new (self) Stream{make_view(obj, "obj", /*constructing=*/true)};
        },
        nb::arg("obj").none() = nb::none(), nb::arg("flags").none() = nb::none(),
-       nb::sig("def __init__(self, obj: object | None = None, "
+       nb::sig("def __init__(self, obj: nbrmm._typing.CudaStreamLike | None = None, "
                "flags: CudaStreamFlags | None = None) -> None"))
     .def(
       "__cuda_stream__",
       [](Stream const& s) { return nb::make_tuple(0, handle_int(s)); },
+      nb::sig("def __cuda_stream__(self) -> tuple[int, int]"),
       "The CUDA stream protocol: ``(version, handle)``.")
     .def(
       "synchronize",
@@ -239,6 +240,7 @@ nbrmm.CudaError
       "handle", [](Stream const& s) { return handle_int(s); }, "The raw ``cudaStream_t`` as an int.")
     .def_prop_ro(
       "owner", [](Stream const& s) { return s.owner.is_valid() ? s.owner : nb::none(); },
+      nb::for_getter(nb::sig("def owner(self, /) -> nbrmm._typing.CudaStreamLike | None")),
       "The wrapped Python object, or None when this Stream was not made from one.")
     .def(
       "__eq__",
@@ -246,7 +248,7 @@ nbrmm.CudaError
         if (!nb::isinstance<Stream>(other)) { return nb::borrow(Py_NotImplemented); }
         return nb::bool_(s.handle == nb::inst_ptr<Stream>(other)->handle);
       },
-      nb::is_operator())
+      nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"))
     .def("__hash__", [](Stream const& s) { return std::hash<std::uintptr_t>{}(handle_int(s)); })
     .def("__repr__", [](Stream const& s) {
       return "<nbrmm.Stream handle=0x" + [&] {

@@ -613,6 +613,9 @@ void bind_cupy_allocator(nb::module_& m)
   m.def("_cupy_init", &cupy_init, nb::arg("memory_module"), nb::arg("stream_module"),
         nb::arg("backends_stream_module").none() = nb::none(),
         nb::arg("stream_by_device") = true,
+        nb::sig("def _cupy_init(memory_module: types.ModuleType, stream_module: types.ModuleType, "
+                "backends_stream_module: types.ModuleType | None = None, "
+                "stream_by_device: bool = True) -> None"),
         R"doc(Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
 
 Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
@@ -637,10 +640,14 @@ ImportError
       if (cupy == nullptr) { return nb::none(); }
       return nb::borrow(reinterpret_cast<PyObject*>(cupy->memory_type));
     },
+    nb::sig("def _cupy_memory_type() -> type | None"),
     "The class of the memory objects the CuPy hook creates (None before ``_cupy_init``).");
 
   m.def("_cupy_allocator", &make_allocator, nb::arg("mr").none() = nb::none(),
         nb::arg("stream").none() = nb::none(),
+        nb::sig("def _cupy_allocator(mr: DeviceMemoryResource | None = None, "
+                "stream: nbrmm._typing.CudaStreamLike | None = None) -> "
+                "collections.abc.Callable[[int], typing.Any]"),
         R"doc(A CuPy allocator bound to ``mr`` (None: the current device resource at each
 allocation) and ``stream`` (None: CuPy's current stream at each allocation).
 

@@ -798,7 +798,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
        nb::arg("stream").none() = default_stream(), nb::arg("alignment") = default_alignment,
        nb::sig("def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = "
-               "None, stream: Stream = ..., alignment: int = 256) -> None"))
+               "None, stream: nbrmm._typing.CudaStreamLike = ..., alignment: int = 256) -> None"))
     .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
     .def_prop_ro(
       "size", [](Buffer& self) { return self.get("size").size(); }, "Size in bytes.")
@@ -813,9 +813,11 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
       "Allocated capacity in bytes (at least ``size``).")
     .def_prop_ro(
       "mr", [](Buffer& self) { return self.mr.is_valid() ? self.mr : nb::none(); },
+      nb::for_getter(nb::sig("def mr(self, /) -> DeviceMemoryResource")),
       "The resource object that allocated the memory and will free it.")
     .def_prop_ro(
       "stream", [](Buffer& self) { return self.stream.is_valid() ? self.stream : nb::none(); },
+      nb::for_getter(nb::sig("def stream(self, /) -> Stream")),
       "The stream the buffer's memory is ordered on.")
     .def_prop_ro(
       "device", [](Buffer& self) { return self.device; }, "The device the memory lives on.")
@@ -834,6 +836,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
                [n](auto& b, auto s) { b.reserve(n, s); });
       },
       nb::arg("new_capacity"), nb::arg("stream").none() = default_stream(),
+      nb::sig("def reserve(self, new_capacity: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
 
 Raises
@@ -848,6 +851,7 @@ BufferError
                [n](auto& b, auto s) { b.resize(n, s); });
       },
       nb::arg("new_size"), nb::arg("stream").none() = default_stream(),
+      nb::sig("def resize(self, new_size: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
 
 Raises
@@ -861,6 +865,7 @@ BufferError
                [](auto& b, auto s) { b.shrink_to_fit(s); });
       },
       nb::arg("stream").none() = default_stream(),
+      nb::sig("def shrink_to_fit(self, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Release unused capacity.
 
 Raises
@@ -873,6 +878,7 @@ BufferError
         return copy_of(py_self, mr, stream);
       },
       nb::arg("mr") = nb::none(), nb::arg("stream") = nb::none(),
+      nb::sig("def copy(self, mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> typing.Self"),
       R"doc(A new buffer with the same contents.
 
 Parameters
@@ -883,13 +889,17 @@ stream : Stream, optional
     The stream of the copy; the buffer's own stream by default.)doc")
     .def(
       "__copy__", [](nb::handle py_self) { return copy_of(py_self, nb::none(), nb::none()); },
+      nb::sig("def __copy__(self) -> typing.Self"),
       "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def(
       "__deepcopy__",
       [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
-      nb::arg("memo"), "A copy on the buffer's own resource and stream (as :meth:`copy`).")
+      nb::arg("memo"), nb::sig("def __deepcopy__(self, memo: dict[int, typing.Any]) -> typing.Self"),
+      "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
          nb::arg("stream").none() = default_stream(),
+         nb::sig("def copy_to_host(self, ary: nbrmm._typing.HostBufferT | None = None, "
+                 "stream: nbrmm._typing.CudaStreamLike = ...) -> nbrmm._typing.HostBufferT"),
          R"doc(Copy the contents to host memory.
 
 Parameters
@@ -905,12 +915,17 @@ numpy.ndarray or the type of ``ary``
     ``ary`` when given, otherwise a new one-dimensional ``numpy.uint8`` array of ``size``
     elements.)doc")
     .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream(),
+         nb::sig("def copy_from_host(self, ary: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
+                 "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
     .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),
          nb::arg("stream").none() = default_stream(),
+         nb::sig("def copy_from_device(self, cuda_ary: nbrmm._typing.CudaArrayLike, "
+                 "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
          "bytes into the buffer.")
     .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream(),
+         nb::sig("def tobytes(self, stream: nbrmm._typing.CudaStreamLike = ...) -> bytes"),
          "The contents as ``bytes`` (always synchronizes).")
     .def(
       "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); },
@@ -921,6 +936,8 @@ numpy.ndarray or the type of ``ary``
         return to_device(nb::handle{reinterpret_cast<PyObject*>(buffer_type)}, b, stream, mr);
       },
       nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+      nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
+              "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> Buffer"),
       "A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: "
       "the current device resource).")
     .def(
@@ -936,6 +953,8 @@ numpy.ndarray or the type of ``ary``
         rmm::prefetch(b.data(), b.size(), rmm::cuda_device_id{target}, s);
       },
       nb::arg("device") = nb::none(), nb::arg("stream") = nb::none(),
+      nb::sig("def prefetch(self, device: int | None = None, "
+              "stream: nbrmm._typing.CudaStreamLike | None = None) -> None"),
       "Prefetch managed memory to ``device`` (``cudaCpuDeviceId`` = -1 for the host); a "
       "no-op for memory that is not managed.")
     .def(
@@ -951,6 +970,7 @@ BufferError
     alive) or in use by another thread.)doc")
     .def(
       "__enter__", [](nb::handle self) { return nb::borrow(self); },
+      nb::sig("def __enter__(self) -> typing.Self"),
       "The buffer itself; leaving the ``with`` block closes it.")
     .def(
       "__exit__",
@@ -958,10 +978,16 @@ BufferError
         self.release(Buffer::release_mode::close);
       },
       nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
+      nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
+              "exc_value: BaseException | None, traceback: types.TracebackType | None) -> None"),
       "Close the buffer (see :meth:`close`).")
     .def_prop_ro("__cuda_array_interface__", &cuda_array_interface,
+                 nb::for_getter(nb::sig(
+                   "def __cuda_array_interface__(self, /) -> nbrmm._typing.CudaArrayInterface")),
                  "CUDA array interface (version 3): a 1-D ``uint8`` array with its stream.")
     .def("__dlpack__", &dlpack, nb::kw_only(), nb::arg("stream") = nb::none(), nb::arg("kwargs"),
+         nb::sig("def __dlpack__(self, *, stream: int | None = None, **kwargs: typing.Any) -> "
+                 "typing_extensions.CapsuleType"),
          "DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the "
          "buffer's stream. The tensor keeps the buffer alive and counts as an export.")
     .def(
@@ -1010,6 +1036,7 @@ BufferError
       return out;
     },
     nb::arg("capsule"),
+    nb::sig("def _from_capsule(capsule: typing_extensions.CapsuleType) -> Buffer"),
     "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
 
   nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots + 1),
@@ -1036,14 +1063,16 @@ mr : DeviceMemoryResource, optional
       },
       nb::kw_only(), nb::arg("ptr").none() = 0, nb::arg("size") = 0,
       nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
-      nb::sig("def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., "
-              "mr: DeviceMemoryResource | None = None) -> None"))
+      nb::sig("def __init__(self, *, ptr: int = 0, size: int | str = 0, "
+              "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> None"))
     .def_static(
       "to_device",
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
       },
       nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+      nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
+              "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer"),
       "A new DeviceBuffer holding a copy of the host buffer ``b``.");
 
   m.def(
@@ -1052,6 +1081,8 @@ mr : DeviceMemoryResource, optional
       return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
     },
     nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+    nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
+            "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer"),
     "A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, "
     "default: the current device resource).");
 }

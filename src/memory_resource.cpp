@@ -273,8 +273,7 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
       },
       nb::arg("nbytes"), nb::arg("stream").none() = default_stream(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
-      nb::sig("def allocate(self, nbytes: int | str, stream: Stream = ..., *, "
-              "alignment: int = 256) -> int"),
+      nb::sig("def allocate(self, nbytes: int, stream: Stream = ...) -> int"),
       R"doc(Allocate ``nbytes`` bytes, ordered on ``stream``.
 
 Parameters
@@ -309,8 +308,7 @@ RuntimeError
       nb::arg("ptr").none(), nb::arg("nbytes"), nb::arg("stream").none() = default_stream(),
       nb::kw_only(),
       nb::arg("alignment") = default_alignment,
-      nb::sig("def deallocate(self, ptr: int, nbytes: int | str, stream: Stream = ..., *, "
-              "alignment: int = 256) -> None"),
+      nb::sig("def deallocate(self, ptr: int, nbytes: int, stream: Stream = ...) -> None"),
       R"doc(Free memory returned by :meth:`allocate`.
 
 Parameters
@@ -348,7 +346,8 @@ ValueError
         if (!self.res.has_value() || !o.res.has_value()) { return nb::bool_(false); }
         return nb::bool_(unwrap(self.res) == unwrap(o.res));
       },
-      nb::is_operator(), "Whether both objects use the same underlying resource.")
+      nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"),
+      "Whether both objects use the same underlying resource.")
     .def("__hash__", &resource_identity)
     .def(
       "__nbrmm_resource__",
@@ -362,6 +361,7 @@ ValueError
         if (cap == nullptr) { throw nb::python_error(); }
         return nb::steal(cap);
       },
+      nb::sig("def __nbrmm_resource__(self) -> typing_extensions.CapsuleType"),
       R"doc(An owning C++ copy of the resource, for C++ extensions (capsule protocol).
 
 Returns
@@ -428,12 +428,14 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
       [](UpstreamResourceAdaptor const& self) {
         return self.upstream.is_valid() ? self.upstream : nb::none();
       },
+      nb::for_getter(nb::sig("def upstream_mr(self, /) -> DeviceMemoryResource | None")),
       "The upstream resource object this adaptor was created with.")
     .def(
       "get_upstream",
       [](UpstreamResourceAdaptor const& self) {
         return self.upstream.is_valid() ? self.upstream : nb::none();
       },
+      nb::sig("def get_upstream(self) -> DeviceMemoryResource | None"),
       "The upstream resource object this adaptor was created with.");
 
   m.def("_stop_deferring_frees", &deferred_frees::stop,

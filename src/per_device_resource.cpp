@@ -189,12 +189,14 @@ ValueError
 
   m.def(
     "get_current_device_resource", []() { return resource_of(current_device()); },
+    nb::sig("def get_current_device_resource() -> DeviceMemoryResource"),
     R"doc(The resource of the current device in librmm's per-device map.
 
 The same as ``get_per_device_resource(current device)``: whatever Python or C++ set last.)doc");
 
   m.def(
     "set_current_device_resource", [](nb::handle mr) { set_resource(current_device(), mr); },
+    nb::sig("def set_current_device_resource(mr: DeviceMemoryResource) -> None"),
     nb::arg("mr"), R"doc(Set the resource of the current device in librmm's per-device map.
 
 Parameters

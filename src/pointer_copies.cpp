@@ -97,8 +97,8 @@ void bind_pointer_copies(nb::module_& m)
       copy_bytes(view.data(), cuda_range(src, view.size(), "db"), view.size(), s);
     },
     nb::arg("db").none(), nb::arg("hb").none(), nb::arg("stream").none() = default_stream(),
-    nb::sig("def copy_ptr_to_host(db: int, hb: object, "
-            "stream: Stream = ...) -> None"),
+    nb::sig("def copy_ptr_to_host(db: int, hb: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
+            "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy ``len(hb)`` bytes from the device address ``db`` into the host buffer ``hb``.
 
 Parameters
@@ -133,8 +133,8 @@ nbrmm.CudaError
       copy_bytes(cuda_range(dst, view.size(), "db"), view.data(), view.size(), s);
     },
     nb::arg("hb").none(), nb::arg("db").none(), nb::arg("stream").none() = default_stream(),
-    nb::sig("def copy_host_to_ptr(hb: object, db: int, "
-            "stream: Stream = ...) -> None"),
+    nb::sig("def copy_host_to_ptr(hb: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], db: int, "
+            "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy the host buffer ``hb`` to the device address ``db``.
 
 Parameters
@@ -174,7 +174,7 @@ nbrmm.CudaError
     nb::arg("d_src").none(), nb::arg("d_dst").none(), nb::arg("count").none(),
     nb::arg("stream").none() = default_stream(),
     nb::sig("def copy_device_to_ptr(d_src: int, d_dst: int, count: int, "
-            "stream: Stream = ...) -> None"),
+            "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy ``count`` bytes from the device address ``d_src`` to ``d_dst``.
 
 Parameters

@@ -146,10 +146,12 @@ void bind_rmm_compat(nb::module_& m)
   m.def(
     "_parse_size", [](nb::handle s, char const* param) { return parse_size(s, param); },
     nb::arg("s").none(), nb::arg("param") = "s",
+    nb::sig("def _parse_size(s: int | str, param: str = 's') -> int"),
     "A size argument as nbrmm reads it (int, or a string such as '1.5 GiB').");
   m.def(
     "_as_stream", [](nb::handle stream) { return stream_object(stream, "stream"); },
-    nb::arg("stream").none(), "A stream argument as nbrmm reads it (refusing None).");
+    nb::arg("stream").none(), nb::sig("def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream"),
+    "A stream argument as nbrmm reads it (refusing None).");
 }
 
 }  // namespace nbrmm

@@ -267,6 +267,8 @@ void bind_torch_allocator(nb::module_& m)
   static_assert(torch_slot_count == 16,
                 "export one nbrmm_torch_alloc_<i> and nbrmm_torch_free_<i> per slot");
   m.def("_torch_bind", &torch_bind, nb::arg("mr").none(),
+        nb::sig("def _torch_bind(mr: DeviceMemoryResource | dict[int, DeviceMemoryResource] | "
+                "None) -> int"),
         R"doc(The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and
 whose ``nbrmm_torch_free_<slot>`` frees what it allocated).
 

@@ -65,7 +65,7 @@ from nbrmm import librmm, pylibrmm, rmm, statistics  # noqa: E402
 
 
 
-def get_include():
+def get_include() -> str:
     """The folder holding ``nbrmm/nbrmm.hpp``, nbrmm's C++ API for extensions.
 
     Returns
@@ -81,7 +81,7 @@ def get_include():
 
 
 
-def _at_exit():
+def _at_exit() -> None:
     # Other threads stop entering Python from inside nbrmm (they park where they would
     # take the GIL back), so none is unwound by the interpreter's shutdown mid-call.
     _nbrmm._begin_exit()

@@ -11,10 +11,13 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import nbrmm
 import nbrmm.mr
+
+if TYPE_CHECKING:
+    from nbrmm._typing import Versions
 
 DESCRIPTION = """\
 Print nbrmm's version and those it runs with (librmm, nanobind, Python, the CUDA
@@ -54,7 +57,9 @@ def _cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}" if code else "unavailable"
 
 
-def no_gpu_reason(versions: Mapping[str, int], environ: Mapping[str, str] | None = None) -> str:
+def no_gpu_reason(
+    versions: Versions | Mapping[str, int], environ: Mapping[str, str] | None = None
+) -> str:
     """Why no GPU is usable, in one sentence, from ``nbrmm._nbrmm.get_versions()``.
 
     Parameters

@@ -3,14 +3,17 @@
 from collections.abc import Callable
 import enum
 import os
-from typing import Any
+import types
+from typing import Any, Self, SupportsIndex, SupportsInt
 
-from nbrmm._pickle import (
-    _reduce as __reduce__,
-    _reduce_ex as __reduce_ex__
-)
+import numpy.typing
+from typing_extensions import Buffer as _Buffer, CapsuleType
+
+import nbrmm._typing
 import nbrmm.statistics
 
+
+def _raise_pending() -> None: ...
 
 class CudaError(RuntimeError):
     """
@@ -51,6 +54,14 @@ class FileOpenError(OSError, RuntimeError):
 
     An ``OSError``, and a ``RuntimeError`` as rmm raises.
     """
+
+def _parse_size(s: int | str, param: str = 's') -> int:
+    """
+    A size argument as nbrmm reads it (int, or a string such as '1.5 GiB').
+    """
+
+def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream:
+    """A stream argument as nbrmm reads it (refusing None)."""
 
 def get_device_count() -> int:
     """
@@ -102,7 +113,7 @@ def available_device_memory(device: int | None = None) -> tuple[int, int]:
         Without a usable GPU.
     """
 
-def get_device_info(device: int) -> dict:
+def get_device_info(device: int) -> nbrmm._typing.DeviceInfo:
     """
     Name, memory and compute capability of a device.
 
@@ -113,7 +124,7 @@ def get_device_info(device: int) -> dict:
         ``pci_bus_id``.
     """
 
-def get_versions() -> dict:
+def get_versions() -> nbrmm._typing.Versions:
     """
     Versions of the CUDA driver and runtime nbrmm runs with.
 
@@ -163,9 +174,9 @@ class Stream:
         If a new stream cannot be created (e.g. no GPU).
     """
 
-    def __init__(self, obj: object | None = None, flags: CudaStreamFlags | None = None) -> None: ...
+    def __init__(self, obj: nbrmm._typing.CudaStreamLike | None = None, flags: CudaStreamFlags | None = None) -> None: ...
 
-    def __cuda_stream__(self) -> tuple:
+    def __cuda_stream__(self) -> tuple[int, int]:
         """The CUDA stream protocol: ``(version, handle)``."""
 
     def synchronize(self) -> None:
@@ -184,12 +195,12 @@ class Stream:
         """The raw ``cudaStream_t`` as an int."""
 
     @property
-    def owner(self) -> object:
+    def owner(self, /) -> nbrmm._typing.CudaStreamLike | None:
         """
         The wrapped Python object, or None when this Stream was not made from one.
         """
 
-    def __eq__(self, arg: object, /) -> object: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
     def __hash__(self) -> int: ...
 
@@ -223,6 +234,20 @@ class CudaStreamPool:
     def get_pool_size(self) -> int:
         """Number of streams in the pool."""
 
+def _register_caching_resource(capsule: object) -> None:
+    """
+    Register a caching resource type of a C++ extension (capsule protocol).
+
+    Use ``nbrmm::register_caching_resource<T>()`` from ``<nbrmm/nbrmm.hpp>`` rather than
+    calling this.
+
+    Parameters
+    ----------
+    capsule : PyCapsule
+        Named ``"nbrmm.caching_predicate:<librmm major>.<minor>"``, holding a
+        ``nbrmm::caching_predicate``.
+    """
+
 class DeviceMemoryResource:
     """
     Base class of every nbrmm memory resource.
@@ -243,7 +268,7 @@ class DeviceMemoryResource:
         Initialise a Python subclass (which must implement allocate and deallocate).
         """
 
-    def allocate(self, nbytes: int | str, stream: Stream = ..., *, alignment: int = 256) -> int:
+    def allocate(self, nbytes: int, stream: Stream = ...) -> int:
         """
         Allocate ``nbytes`` bytes, ordered on ``stream``.
 
@@ -272,7 +297,7 @@ class DeviceMemoryResource:
             If called from a Python callback of a resource this one depends on.
         """
 
-    def deallocate(self, ptr: int, nbytes: int | str, stream: Stream = ..., *, alignment: int = 256) -> None:
+    def deallocate(self, ptr: int, nbytes: int, stream: Stream = ...) -> None:
         """
         Free memory returned by :meth:`allocate`.
 
@@ -309,12 +334,12 @@ class DeviceMemoryResource:
     def is_host_accessible(self) -> bool:
         """Whether the memory can be read and written by the host."""
 
-    def __eq__(self, arg: object, /) -> object:
+    def __eq__(self, other: object, /) -> bool:
         """Whether both objects use the same underlying resource."""
 
     def __hash__(self) -> int: ...
 
-    def __nbrmm_resource__(self) -> object:
+    def __nbrmm_resource__(self) -> CapsuleType:
         """
         An owning C++ copy of the resource, for C++ extensions (capsule protocol).
 
@@ -324,6 +349,27 @@ class DeviceMemoryResource:
             Named ``"nbrmm.device_resource:<librmm major>.<minor>"``, holding a heap-allocated
             ``cuda::mr::any_resource<cuda::mr::device_accessible>`` that the capsule owns. Use
             ``nbrmm::resource_from_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.
+        """
+
+    @staticmethod
+    def _from_capsule(capsule: object, host_accessible: bool = False) -> DeviceMemoryResource:
+        """
+        The resource object for a C++ resource (capsule protocol).
+
+        Use ``nbrmm::resource_to_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.
+
+        Parameters
+        ----------
+        capsule : PyCapsule
+            Named ``"nbrmm.device_resource:<librmm major>.<minor>"`` (a copy is taken).
+        host_accessible : bool, optional
+            Whether memory from a resource of a type nbrmm does not know is host-accessible.
+
+        Returns
+        -------
+        DeviceMemoryResource
+            The Python object the resource came from, an instance of the concrete class when
+            nbrmm knows the librmm type, or a generic ``DeviceMemoryResource``.
         """
 
     def __repr__(self) -> str: ...
@@ -337,11 +383,36 @@ class UpstreamResourceAdaptor(DeviceMemoryResource):
     """
 
     @property
-    def upstream_mr(self) -> object:
+    def upstream_mr(self, /) -> DeviceMemoryResource | None:
         """The upstream resource object this adaptor was created with."""
 
-    def get_upstream(self) -> object:
+    def get_upstream(self) -> DeviceMemoryResource | None:
         """The upstream resource object this adaptor was created with."""
+
+def _stop_deferring_frees() -> None:
+    """
+    Free the deferred frees and free at once from now on (run at interpreter exit).
+    """
+
+def _forget_deferred_frees() -> None:
+    """
+    Drop the deferred frees without performing them (run in a forked child).
+    """
+
+def _begin_exit() -> None:
+    """
+    Stop other threads from taking the GIL inside nbrmm (run at interpreter exit).
+    """
+
+def _abandon_thread_objects() -> None:
+    """
+    Turn off nanobind's leak report: threads still running at exit keep their objects.
+    """
+
+def _raw_outstanding(mr: object) -> int:
+    """
+    The number of allocations made with ``mr.allocate`` and not yet deallocated.
+    """
 
 class CudaMemoryResource(DeviceMemoryResource):
     """
@@ -373,14 +444,14 @@ class CallbackMemoryResource(DeviceMemoryResource):
     GIL held. The memory is treated as device-accessible.
     """
 
-    def __init__(self, allocate_func: object, deallocate_func: object) -> None: ...
+    def __init__(self, allocate_func: Callable[[int, Stream], int], deallocate_func: Callable[[int, int, Stream], None]) -> None: ...
 
     @property
-    def allocate_func(self) -> object:
+    def allocate_func(self, /) -> Callable[[int, Stream], int]:
         """The allocation callable."""
 
     @property
-    def deallocate_func(self) -> object:
+    def deallocate_func(self, /) -> Callable[[int, int, Stream], None]:
         """The deallocation callable."""
 
 class ManagedMemoryResource(DeviceMemoryResource):
@@ -482,7 +553,7 @@ class CudaAsyncViewMemoryResource(DeviceMemoryResource):
         the resource. A pool given as a plain int must outlive them by other means.
     """
 
-    def __init__(self, pool_handle: object) -> None: ...
+    def __init__(self, pool_handle: SupportsInt | SupportsIndex | nbrmm._typing.HasPoolHandle) -> None: ...
 
     def pool_handle(self) -> int:
         """The ``cudaMemPool_t`` this resource allocates from, as an int."""
@@ -906,14 +977,14 @@ def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None:
         If the device does not exist or ``mr`` was created on another device.
     """
 
-def get_current_device_resource() -> object:
+def get_current_device_resource() -> DeviceMemoryResource:
     """
     The resource of the current device in librmm's per-device map.
 
     The same as ``get_per_device_resource(current device)``: whatever Python or C++ set last.
     """
 
-def set_current_device_resource(mr: object) -> None:
+def set_current_device_resource(mr: DeviceMemoryResource) -> None:
     """
     Set the resource of the current device in librmm's per-device map.
 
@@ -930,6 +1001,11 @@ def reset_per_device_resource(device: int) -> None:
 
 def is_initialized() -> bool:
     """Whether librmm's per-device map has an entry for the current device."""
+
+def _release_python_objects() -> None:
+    """
+    Remove Python objects from librmm's per-device map (run at interpreter exit).
+    """
 
 class Buffer:
     """
@@ -966,7 +1042,7 @@ class Buffer:
     and a resize that would move the memory raise ``BufferError`` (as for ``bytearray``).
     """
 
-    def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = None, stream: Stream = ..., alignment: int = 256) -> None: ...
+    def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike = ..., alignment: int = 256) -> None: ...
 
     @property
     def ptr(self) -> int:
@@ -989,11 +1065,11 @@ class Buffer:
         """Allocated capacity in bytes (at least ``size``)."""
 
     @property
-    def mr(self) -> object:
+    def mr(self, /) -> DeviceMemoryResource:
         """The resource object that allocated the memory and will free it."""
 
     @property
-    def stream(self) -> object:
+    def stream(self, /) -> Stream:
         """The stream the buffer's memory is ordered on."""
 
     @property
@@ -1010,7 +1086,7 @@ class Buffer:
     def closed(self) -> bool:
         """Whether :meth:`close` has freed the memory."""
 
-    def reserve(self, new_capacity: object, stream: object | None = ...) -> None:
+    def reserve(self, new_capacity: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
         """
         Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
 
@@ -1020,7 +1096,7 @@ class Buffer:
             If the memory would move while it is exported or in use by another thread.
         """
 
-    def resize(self, new_size: object, stream: object | None = ...) -> None:
+    def resize(self, new_size: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
         """
         Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
 
@@ -1030,7 +1106,7 @@ class Buffer:
             If the memory would move while it is exported or in use by another thread.
         """
 
-    def shrink_to_fit(self, stream: object | None = ...) -> None:
+    def shrink_to_fit(self, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
         """
         Release unused capacity.
 
@@ -1040,7 +1116,7 @@ class Buffer:
             If the memory would move while it is exported or in use by another thread.
         """
 
-    def copy(self, mr: object | None = None, stream: object | None = None) -> object:
+    def copy(self, mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> Self:
         """
         A new buffer with the same contents.
 
@@ -1052,13 +1128,13 @@ class Buffer:
             The stream of the copy; the buffer's own stream by default.
         """
 
-    def __copy__(self) -> object:
+    def __copy__(self) -> Self:
         """A copy on the buffer's own resource and stream (as :meth:`copy`)."""
 
-    def __deepcopy__(self, memo: object) -> object:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         """A copy on the buffer's own resource and stream (as :meth:`copy`)."""
 
-    def copy_to_host(self, ary: object | None = None, stream: object | None = ...) -> object:
+    def copy_to_host(self, ary: nbrmm._typing.HostBufferT | None = None, stream: nbrmm._typing.CudaStreamLike = ...) -> nbrmm._typing.HostBufferT:
         """
         Copy the contents to host memory.
 
@@ -1076,29 +1152,29 @@ class Buffer:
             elements.
         """
 
-    def copy_from_host(self, ary: object | None, stream: object | None = ...) -> None:
+    def copy_from_host(self, ary: _Buffer | numpy.typing.NDArray[Any], stream: nbrmm._typing.CudaStreamLike = ...) -> None:
         """
         Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.
         """
 
-    def copy_from_device(self, cuda_ary: object | None, stream: object | None = ...) -> None:
+    def copy_from_device(self, cuda_ary: nbrmm._typing.CudaArrayLike, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
         """
         Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` bytes into the buffer.
         """
 
-    def tobytes(self, stream: object | None = ...) -> bytes:
+    def tobytes(self, stream: nbrmm._typing.CudaStreamLike = ...) -> bytes:
         """The contents as ``bytes`` (always synchronizes)."""
 
     def __bytes__(self) -> bytes:
         """The contents as ``bytes`` (as :meth:`tobytes`)."""
 
     @staticmethod
-    def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
+    def to_device(b: _Buffer | numpy.typing.NDArray[Any], stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> Buffer:
         """
         A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: the current device resource).
         """
 
-    def prefetch(self, device: int | None = None, stream: object | None = None) -> None:
+    def prefetch(self, device: int | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> None:
         """
         Prefetch managed memory to ``device`` (``cudaCpuDeviceId`` = -1 for the host); a no-op for memory that is not managed.
         """
@@ -1116,19 +1192,19 @@ class Buffer:
             alive) or in use by another thread.
         """
 
-    def __enter__(self) -> object:
+    def __enter__(self) -> Self:
         """The buffer itself; leaving the ``with`` block closes it."""
 
-    def __exit__(self, exc_type: object | None, exc_value: object | None, traceback: object | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: types.TracebackType | None) -> None:
         """Close the buffer (see :meth:`close`)."""
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self, /) -> nbrmm._typing.CudaArrayInterface:
         """
         CUDA array interface (version 3): a 1-D ``uint8`` array with its stream.
         """
 
-    def __dlpack__(self, *, stream: object | None = None, **kwargs) -> object:
+    def __dlpack__(self, *, stream: int | None = None, **kwargs: Any) -> CapsuleType:
         """
         DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the buffer's stream. The tensor keeps the buffer alive and counts as an export.
         """
@@ -1137,6 +1213,12 @@ class Buffer:
         """``(device_type, device_id)`` of the memory for DLPack."""
 
     def __repr__(self) -> str: ...
+
+    @staticmethod
+    def _from_capsule(capsule: CapsuleType) -> Buffer:
+        """
+        Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).
+        """
 
 class DeviceBuffer(Buffer):
     """
@@ -1155,18 +1237,18 @@ class DeviceBuffer(Buffer):
         The resource to allocate from; the current device resource by default.
     """
 
-    def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: Stream = ..., mr: DeviceMemoryResource | None = None) -> None: ...
+    def __init__(self, *, ptr: int = 0, size: int | str = 0, stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> None: ...
 
     @staticmethod
-    def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
+    def to_device(b: _Buffer | numpy.typing.NDArray[Any], stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer:
         """A new DeviceBuffer holding a copy of the host buffer ``b``."""
 
-def to_device(b: object | None, stream: object | None = ..., mr: object | None = None) -> object:
+def to_device(b: _Buffer | numpy.typing.NDArray[Any], stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer:
     """
     A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: the current device resource).
     """
 
-def copy_ptr_to_host(db: int, hb: object, stream: Stream = ...) -> None:
+def copy_ptr_to_host(db: int, hb: _Buffer | numpy.typing.NDArray[Any], stream: nbrmm._typing.CudaStreamLike = ...) -> None:
     """
     Copy ``len(hb)`` bytes from the device address ``db`` into the host buffer ``hb``.
 
@@ -1194,7 +1276,7 @@ def copy_ptr_to_host(db: int, hb: object, stream: Stream = ...) -> None:
         If CUDA fails (e.g. no GPU).
     """
 
-def copy_host_to_ptr(hb: object, db: int, stream: Stream = ...) -> None:
+def copy_host_to_ptr(hb: _Buffer | numpy.typing.NDArray[Any], db: int, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
     """
     Copy the host buffer ``hb`` to the device address ``db``.
 
@@ -1223,7 +1305,7 @@ def copy_host_to_ptr(hb: object, db: int, stream: Stream = ...) -> None:
         If CUDA fails (e.g. no GPU).
     """
 
-def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: Stream = ...) -> None:
+def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
     """
     Copy ``count`` bytes from the device address ``d_src`` to ``d_dst``.
 
@@ -1250,6 +1332,77 @@ def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: Stream = ...)
     nbrmm.CudaError
         If CUDA fails (e.g. no GPU).
     """
+
+def _cupy_init(memory_module: types.ModuleType, stream_module: types.ModuleType, backends_stream_module: types.ModuleType | None = None, stream_by_device: bool = True) -> None:
+    """
+    Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
+
+    Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
+    ``cupy_backends.cuda.stream`` (None where CuPy has no such module). What is learned
+    about CuPy is learned once; later calls only switch the paths below.
+
+    ``stream_by_device=False`` makes the current stream be read through
+    ``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference path).
+
+    Raises
+    ------
+    ImportError
+        If this CuPy's memory classes cannot be used.
+    """
+
+def _cupy_stream_by_device() -> bool:
+    """
+    Whether CuPy's current stream is read per device, through ``cupy_backends``.
+    """
+
+def _cupy_memory_type() -> type | None:
+    """
+    The class of the memory objects the CuPy hook creates (None before ``_cupy_init``).
+    """
+
+def _cupy_allocator(mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> Callable[[int], Any]:
+    """
+    A CuPy allocator bound to ``mr`` (None: the current device resource at each
+    allocation) and ``stream`` (None: CuPy's current stream at each allocation).
+
+    Raises
+    ------
+    TypeError
+        If ``mr`` is not a resource or ``stream`` is not stream-like.
+    """
+
+def _torch_bind(mr: DeviceMemoryResource | dict[int, DeviceMemoryResource] | None) -> int:
+    """
+    The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and
+    whose ``nbrmm_torch_free_<slot>`` frees what it allocated).
+
+    Parameters
+    ----------
+    mr : DeviceMemoryResource, dict[int, DeviceMemoryResource] or None
+        None: the current resource of the device torch asks for (slot 0). A resource: that
+        resource, for the device it was created on. A dict: one resource per device.
+
+    Returns
+    -------
+    int
+        The slot. Equal bindings share a slot; a slot stays bound (and keeps its resources
+        alive) until the process exits.
+
+    Raises
+    ------
+    TypeError
+        If ``mr`` is not a resource or a dict of them.
+    ValueError
+        If a resource was created on another device than its key, or every slot is taken.
+    """
+
+def _torch_outstanding() -> int:
+    """
+    The number of allocations made through slot 0 of the torch hook (the current
+    resource) and not yet freed.
+    """
+
+_torch_slot_count: int = 16
 
 class level_enum(enum.IntEnum):
     """
@@ -1335,6 +1488,11 @@ def get_logging_level() -> level_enum:
 def flush_logger() -> None:
     """Write out every message that librmm's debug logger has buffered."""
 
+def _devices_with_resource() -> list[int]:
+    """
+    The devices that have an entry in librmm's per-device resource map, in order.
+    """
+
 def set_flush_level(level: level_enum) -> None:
     """
     Flush librmm's debug logger after every message of ``level`` or above.
@@ -1358,4 +1516,28 @@ def get_flush_level() -> level_enum:
     -------
     level_enum
         The flush level.
+    """
+
+def _deferred_frees() -> tuple[int, int]:
+    """The frees waiting for nbrmm's next GIL release: ``(count, bytes)``."""
+
+def _flush_deferred_frees() -> None:
+    """Perform the frees waiting for nbrmm's next GIL release now."""
+
+def _defer_frees(enabled: bool) -> bool:
+    """
+    Turn the deferral of frees on or off (to measure its effect).
+
+    Turning it off performs the waiting frees. It cannot be turned on again after
+    interpreter exit has begun.
+
+    Parameters
+    ----------
+    enabled : bool
+        Whether small frees to caching resources may wait for the next GIL release.
+
+    Returns
+    -------
+    bool
+        Whether deferral was on before the call.
     """

@@ -1,28 +1,44 @@
 """Pickling of buffers: contents travel as host bytes (out-of-band with protocol 5)."""
 
+from __future__ import annotations
+
 import contextlib
 import contextvars
 import pickle
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbrmm import _nbrmm
 
-_unpickle_mr = contextvars.ContextVar("nbrmm_unpickle_mr", default=None)
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+_MR = TypeVar("_MR", bound=_nbrmm.DeviceMemoryResource | None)
+# What a buffer's __reduce_ex__ returns: _rebuild and its arguments.
+_Reduced = tuple[
+    "Callable[[type[_nbrmm.Buffer], Buffer], _nbrmm.Buffer]",
+    "tuple[type[_nbrmm.Buffer], pickle.PickleBuffer | bytes]",
+]
+
+_unpickle_mr: contextvars.ContextVar[_nbrmm.DeviceMemoryResource | None] = (
+    contextvars.ContextVar("nbrmm_unpickle_mr", default=None)
+)
 
 
-def _reduce_ex(self, protocol):
+def _reduce_ex(self: _nbrmm.Buffer, protocol: int) -> _Reduced:
     host = bytearray(self.size)
     self.copy_to_host(host)
     data = pickle.PickleBuffer(host) if protocol >= 5 else bytes(host)
     return _rebuild, (type(self), data)
 
 
-def _rebuild(cls, data):
+def _rebuild(cls: type[_nbrmm.Buffer], data: Buffer) -> _nbrmm.Buffer:
     """Recreates a buffer on the resource chosen for unpickling (default: the current)."""
     return cls.to_device(memoryview(data), mr=_unpickle_mr.get())
 
 
 @contextlib.contextmanager
-def unpickling_resource(mr):
+def unpickling_resource(mr: _MR) -> Iterator[_MR]:
     """Allocate the buffers unpickled inside the block from ``mr``.
 
     Without it, unpickled buffers are allocated from the current device resource at the
@@ -42,7 +58,12 @@ def unpickling_resource(mr):
         _unpickle_mr.reset(token)
 
 
-def loads(data, *, mr=None, buffers=None):
+def loads(
+    data: Buffer,
+    *,
+    mr: _nbrmm.DeviceMemoryResource | None = None,
+    buffers: Iterable[Any] | None = None,
+) -> Any:
     """``pickle.loads`` that allocates every unpickled buffer from ``mr``.
 
     Parameters
@@ -58,9 +79,11 @@ def loads(data, *, mr=None, buffers=None):
         return pickle.loads(data, buffers=buffers)
 
 
-def _reduce(self):
+def _reduce(self: _nbrmm.Buffer) -> _Reduced:
     return _reduce_ex(self, 2)
 
 
-_nbrmm.Buffer.__reduce_ex__ = _reduce_ex
-_nbrmm.Buffer.__reduce__ = _reduce  # as rmm's DeviceBuffer has; code may call it directly
+# Methods of the extension's class, set here (mypy does not allow assigning methods).
+_nbrmm.Buffer.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign,assignment]
+# as rmm's DeviceBuffer has; code may call it directly
+_nbrmm.Buffer.__reduce__ = _reduce  # type: ignore[method-assign,assignment]

@@ -1,15 +1,23 @@
 """rmm-compatible ``reinitialize`` and its hooks, over librmm's per-device map."""
 
+from __future__ import annotations
+
+import os
 import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from nbrmm import _nbrmm
 
+_F = TypeVar("_F", bound=Callable[..., object])
+
 _lock = threading.Lock()
-_hooks = []  # (func, args, kwargs), called in reverse order of registration
-_initialized_devices = set()  # devices the last reinitialize() set up
+# (func, args, kwargs), called in reverse order of registration
+_hooks: list[tuple[Callable[..., object], tuple[Any, ...], dict[str, Any]]] = []
+_initialized_devices: set[int] = set()  # devices the last reinitialize() set up
 
 
-def register_reinitialize_hook(func, *args, **kwargs):
+def register_reinitialize_hook(func: _F, *args: Any, **kwargs: Any) -> _F:
     """Register ``func(*args, **kwargs)`` to run at the start of every :func:`reinitialize`.
 
     Hooks run in reverse order of registration (the most recent first), before any
@@ -34,7 +42,7 @@ def register_reinitialize_hook(func, *args, **kwargs):
     return func
 
 
-def unregister_reinitialize_hook(func):
+def unregister_reinitialize_hook(func: Callable[..., object]) -> None:
     """Remove every registration of ``func`` (no error when there is none).
 
     Registrations are matched by equality, as in rmm, so a bound method registered as
@@ -44,11 +52,20 @@ def unregister_reinitialize_hook(func):
         _hooks[:] = [h for h in _hooks if h[0] != func]
 
 
-def _make_resource(pool_allocator, managed_memory, initial_pool_size, maximum_pool_size,
-                   logging, log_file_name, device):
+def _make_resource(
+    pool_allocator: bool,
+    managed_memory: bool,
+    initial_pool_size: int | str | None,
+    maximum_pool_size: int | str | None,
+    logging: bool,
+    log_file_name: str | os.PathLike[str] | None,
+    device: int,
+) -> _nbrmm.DeviceMemoryResource:
     from nbrmm import mr
 
-    base = mr.ManagedMemoryResource() if managed_memory else mr.CudaMemoryResource()
+    base: mr.DeviceMemoryResource = (
+        mr.ManagedMemoryResource() if managed_memory else mr.CudaMemoryResource()
+    )
     if pool_allocator:
         base = mr.PoolMemoryResource(
             base, initial_pool_size=initial_pool_size, maximum_pool_size=maximum_pool_size
@@ -58,8 +75,15 @@ def _make_resource(pool_allocator, managed_memory, initial_pool_size, maximum_po
     return base
 
 
-def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=None,
-                 maximum_pool_size=None, devices=0, logging=False, log_file_name=None):
+def reinitialize(
+    pool_allocator: bool = False,
+    managed_memory: bool = False,
+    initial_pool_size: int | str | None = None,
+    maximum_pool_size: int | str | None = None,
+    devices: int | Iterable[int] | None = 0,
+    logging: bool = False,
+    log_file_name: str | os.PathLike[str] | None = None,
+) -> None:
     """Replace the resource of one or more devices in librmm's per-device map.
 
     Runs the registered hooks first, then builds for each device (with that device
@@ -146,6 +170,6 @@ def reinitialize(pool_allocator=False, managed_memory=False, initial_pool_size=N
         _initialized_devices.update(devices)
 
 
-def is_initialized():
+def is_initialized() -> bool:
     """Whether librmm's per-device map has an entry for the current device."""
     return _nbrmm.is_initialized()

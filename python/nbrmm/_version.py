@@ -3,7 +3,7 @@ import importlib.resources as _resources
 __version__ = "0.1.0"
 
 
-def _read_git_commit():
+def _read_git_commit() -> str:
     """The commit the package was built from (written at build time; empty when unknown)."""
     try:
         return _resources.files(__package__).joinpath("GIT_COMMIT").read_text().strip()

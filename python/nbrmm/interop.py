@@ -27,9 +27,13 @@ Examples
 >>> buf = dev.allocate(1 << 20, stream=dev.default_stream)   # from the arena
 """
 
+from __future__ import annotations
+
 import atexit as _atexit
 import operator as _operator
 import weakref as _weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex, cast
 
 try:
     import cuda.core as _cc
@@ -42,6 +46,9 @@ except ImportError as exc:
 
 import nbrmm as _nbrmm
 from nbrmm import mr as _mr
+
+if TYPE_CHECKING:
+    from nbrmm._typing import CudaStreamLike
 
 __all__ = [
     "BufferOwner",
@@ -56,13 +63,14 @@ __all__ = [
     "to_cuda_core_stream",
 ]
 
+# cuda.core has no type information: for type checkers its classes (_cc.Buffer, ...) are Any.
 _CCBuffer = _cc.Buffer
 _CCMemoryResource = _cc.MemoryResource
 _CCStream = _cc.Stream
 _from_handle = _cc.Buffer.from_handle
 _LEGACY = _cc.LEGACY_DEFAULT_STREAM
 _PER_THREAD = _cc.PER_THREAD_DEFAULT_STREAM
-_graph = getattr(_cc, "graph", None)
+_graph: Any = getattr(_cc, "graph", None)
 #: What cuda.core accepts as a ``stream``: its Stream, and a GraphBuilder (stream capture).
 _CC_STREAM_TYPES = (_CCStream,) + (
     (_graph.GraphBuilder,) if getattr(_graph, "GraphBuilder", None) is not None else ()
@@ -78,7 +86,7 @@ _MANAGED_TYPES = (_mr.ManagedMemoryResource, _mr.experimental.CudaAsyncManagedMe
 _NB_LEGACY = _nbrmm.LEGACY_DEFAULT_STREAM
 #: nbrmm's streams for the handles of the default streams (0 is the legacy default stream
 #: for the CUDA runtime, as for nbrmm).
-_NB_DEFAULTS = {
+_NB_DEFAULTS: dict[int, _nbrmm.Stream] = {
     0: _nbrmm.DEFAULT_STREAM,
     1: _NB_LEGACY,
     2: _nbrmm.PER_THREAD_DEFAULT_STREAM,
@@ -94,18 +102,18 @@ class _StreamHandle:
 
     __slots__ = ("handle",)
 
-    def __init__(self, handle):
+    def __init__(self, handle: int) -> None:
         self.handle = handle
 
-    def __cuda_stream__(self):
+    def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.handle)
 
 
-def _type_name(obj):
+def _type_name(obj: object) -> str:
     return type(obj).__name__
 
 
-def _stream_handle(stream, param="stream"):
+def _stream_handle(stream: object, param: str = "stream") -> int:
     """The ``cudaStream_t`` of any stream-like object, as an int."""
     if isinstance(stream, _nbrmm.Stream):
         return stream.handle
@@ -121,7 +129,7 @@ def _stream_handle(stream, param="stream"):
     return value[1]
 
 
-def _nb_stream(stream):
+def _nb_stream(stream: object) -> _nbrmm.Stream:
     """An nbrmm Stream for the handle of ``stream`` (a view, cached by handle)."""
     handle = _stream_handle(stream)
     nb = _nb_by_handle.get(handle)
@@ -133,7 +141,7 @@ def _nb_stream(stream):
     return nb
 
 
-def _check_size(size, param="size"):
+def _check_size(size: SupportsIndex, param: str = "size") -> int:
     """``size`` as an int (a non-negative integer below 2**64), or the error for it."""
     if isinstance(size, bool):
         raise TypeError(f"{param}: expected an int, got bool")
@@ -148,7 +156,7 @@ def _check_size(size, param="size"):
     return size
 
 
-def _check_ptr(ptr):
+def _check_ptr(ptr: int) -> None:
     if isinstance(ptr, bool) or not isinstance(ptr, int):
         raise TypeError(f"ptr: expected the pointer as an int, got {_type_name(ptr)}")
     if not 0 <= ptr < 1 << 64:
@@ -160,7 +168,9 @@ def _check_ptr(ptr):
 # --------------------------------------------------------------------------------------
 
 
-def to_cuda_core_stream(stream, *, device=None):
+def to_cuda_core_stream(
+    stream: CudaStreamLike, *, device: int | _cc.Device | None = None
+) -> _cc.Stream:
     """A cuda.core ``Stream`` for any stream-like object.
 
     Parameters
@@ -198,7 +208,7 @@ def to_cuda_core_stream(stream, *, device=None):
     return dev.create_stream(stream)
 
 
-def from_cuda_core_stream(stream):
+def from_cuda_core_stream(stream: CudaStreamLike) -> _nbrmm.Stream:
     """An ``nbrmm.Stream`` for a cuda.core ``Stream`` (or any stream-like object).
 
     nbrmm takes cuda.core streams directly wherever it takes a ``stream``; this is the
@@ -220,7 +230,7 @@ def from_cuda_core_stream(stream):
     return _nbrmm.Stream(stream)
 
 
-def _cc_stream_for_nbrmm(stream, device):
+def _cc_stream_for_nbrmm(stream: CudaStreamLike, device: int) -> _cc.Stream:
     """A cuda.core stream for a stream nbrmm passes to a resource (a view of a handle,
     valid for the call)."""
     handle = _stream_handle(stream)
@@ -242,7 +252,7 @@ def _cc_stream_for_nbrmm(stream, device):
 # --------------------------------------------------------------------------------------
 
 
-def _mirrored_properties(mr):
+def _mirrored_properties(mr: _mr.DeviceMemoryResource) -> tuple[int, bool, bool, bool]:
     """(device_id, is_device_accessible, is_host_accessible, is_managed) of the memory
     that the nbrmm resource ``mr`` hands out."""
     cc = getattr(mr, "upstream_mr", None)
@@ -254,7 +264,7 @@ def _mirrored_properties(mr):
         return (device_id, bool(cc.is_device_accessible), bool(cc.is_host_accessible),
                 bool(cc.is_managed))
     managed = False
-    link = mr
+    link: object = mr
     while link is not None and not managed:
         managed = isinstance(link, _MANAGED_TYPES)
         if isinstance(link, (CudaCorePoolResource, CudaCoreMemoryResource)):
@@ -264,26 +274,26 @@ def _mirrored_properties(mr):
     return mr.device, bool(mr.is_device_accessible), host, managed
 
 
-def _optional_bool(value, param):
+def _optional_bool(value: bool | None, param: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"{param}: expected a bool or None, got {_type_name(value)}")
     return value
 
 
 #: Every NbrmmMemoryResource, to detach from nbrmm at interpreter exit (see _detach_all).
-_adapters = _weakref.WeakSet()
+_adapters: _weakref.WeakSet[NbrmmMemoryResource] = _weakref.WeakSet()
 
 
-def _refuse_after_exit(*args):
+def _refuse_after_exit(*args: object) -> NoReturn:
     raise RuntimeError("the interpreter is shutting down: nbrmm no longer allocates for cuda.core")
 
 
-def _leak_after_exit(*args):
+def _leak_after_exit(*args: object) -> None:
     """cuda.core frees no buffer once the interpreter shuts down; one freed by code that
     runs after nbrmm detached leaks, as cuda.core's own do then."""
 
 
-def _detach(adapter):
+def _detach(adapter: NbrmmMemoryResource) -> None:
     """Drops the adapter's references to nbrmm: it allocates no more, and frees nothing."""
     for name, value in (
         ("_allocate", _refuse_after_exit),
@@ -293,7 +303,7 @@ def _detach(adapter):
         getattr(NbrmmMemoryResource, name).__set__(adapter, value)
 
 
-def _detach_all():
+def _detach_all() -> None:
     """At interpreter exit, detaches every adapter from nbrmm.
 
     cuda.core never frees the buffers still alive when the interpreter shuts down, and so
@@ -307,7 +317,7 @@ def _detach_all():
 _atexit.register(_detach_all)
 
 
-class NbrmmMemoryResource(_CCMemoryResource):
+class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base of type Any
     """A cuda.core ``MemoryResource`` that allocates from an nbrmm resource.
 
     ``allocate(size, stream=s)`` takes ``size`` bytes from ``mr`` ordered on ``s`` and
@@ -356,16 +366,23 @@ class NbrmmMemoryResource(_CCMemoryResource):
         "_deallocate",
         "__weakref__",
     )
+    upstream_mr: _mr.DeviceMemoryResource
+    device_id: int
+    is_device_accessible: bool
+    is_host_accessible: bool
+    is_managed: bool
+    _allocate: Callable[[int, _nbrmm.Stream], int]
+    _deallocate: Callable[[int, int, _nbrmm.Stream], None]
 
     def __init__(
         self,
-        mr=None,
+        mr: _mr.DeviceMemoryResource | None = None,
         *,
-        device_id=None,
-        is_device_accessible=None,
-        is_host_accessible=None,
-        is_managed=None,
-    ):
+        device_id: int | None = None,
+        is_device_accessible: bool | None = None,
+        is_host_accessible: bool | None = None,
+        is_managed: bool | None = None,
+    ) -> None:
         if mr is None:
             mr = _mr.get_current_device_resource()
         elif not isinstance(mr, _mr.DeviceMemoryResource):
@@ -389,7 +406,7 @@ class NbrmmMemoryResource(_CCMemoryResource):
             _optional_bool(is_host_accessible, "is_host_accessible"),
             _optional_bool(is_managed, "is_managed"),
         )
-        values = [m if g is None else g for m, g in zip(mirrored, given)]
+        values: list[int | bool] = [m if g is None else g for m, g in zip(mirrored, given)]
         init = super().__setattr__
         init("upstream_mr", mr)
         for name, value in zip(
@@ -400,13 +417,13 @@ class NbrmmMemoryResource(_CCMemoryResource):
         init("_deallocate", mr.deallocate)
         _adapters.add(self)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} attributes are read-only ({name})")
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} attributes are read-only ({name})")
 
-    def allocate(self, size, *, stream):
+    def allocate(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
         """Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
 
         Parameters
@@ -451,7 +468,7 @@ class NbrmmMemoryResource(_CCMemoryResource):
         # after that, dropping the Buffer frees it through deallocate.
         return _from_handle(ptr, size, self, stream=stream)
 
-    def deallocate(self, ptr, size, *, stream):
+    def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
         """Give memory back to the nbrmm resource, ordered on ``stream``.
 
         cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
@@ -478,7 +495,7 @@ class NbrmmMemoryResource(_CCMemoryResource):
             _check_size(size)
             raise
 
-    def _streams(self, stream):
+    def _streams(self, stream: CudaStreamLike) -> tuple[_cc.Stream, _nbrmm.Stream]:
         """(the stream for cuda.core, the stream for nbrmm) of an ``allocate`` call."""
         if not isinstance(stream, _CC_STREAM_TYPES):
             stream = to_cuda_core_stream(
@@ -486,20 +503,20 @@ class NbrmmMemoryResource(_CCMemoryResource):
             )
         return stream, _nb_stream(stream)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} over {self.upstream_mr!r} device_id={self.device_id}>"
         )
 
 
 def to_cuda_core_memory_resource(
-    mr=None,
+    mr: _mr.DeviceMemoryResource | None = None,
     *,
-    device_id=None,
-    is_device_accessible=None,
-    is_host_accessible=None,
-    is_managed=None,
-):
+    device_id: int | None = None,
+    is_device_accessible: bool | None = None,
+    is_host_accessible: bool | None = None,
+    is_managed: bool | None = None,
+) -> _cc.MemoryResource:
     """A cuda.core ``MemoryResource`` that allocates from the nbrmm resource ``mr``.
 
     Parameters
@@ -527,7 +544,7 @@ def to_cuda_core_memory_resource(
         type(mr) in (CudaCorePoolResource, CudaCoreMemoryResource)
         and all(v is None for v in overrides)
     ):
-        return mr.upstream_mr
+        return cast("CudaCorePoolResource | CudaCoreMemoryResource", mr).upstream_mr
     return NbrmmMemoryResource(
         mr,
         device_id=device_id,
@@ -548,10 +565,10 @@ class _PoolOwner:
 
     __slots__ = ("resource",)
 
-    def __init__(self, resource):
+    def __init__(self, resource: _cc.MemoryResource) -> None:
         self.resource = resource
 
-    def pool_handle(self):
+    def pool_handle(self) -> int:
         return int(self.resource.handle)
 
 
@@ -585,7 +602,7 @@ class CudaCorePoolResource(_mr.CudaAsyncViewMemoryResource):
     freed), and nbrmm's allocations would then fail.
     """
 
-    def __init__(self, mr):
+    def __init__(self, mr: _cc.MemoryResource) -> None:
         if not isinstance(mr, _POOL_TYPES):
             raise TypeError(
                 "mr: expected a cuda.core DeviceMemoryResource, ManagedMemoryResource or "
@@ -607,12 +624,12 @@ class CudaCorePoolResource(_mr.CudaAsyncViewMemoryResource):
         self._cuda_core_resource = mr
 
     @property
-    def upstream_mr(self):
+    def upstream_mr(self) -> _cc.MemoryResource:
         """The cuda.core resource whose pool this resource allocates from."""
         return self._cuda_core_resource
 
     @property
-    def is_managed(self):
+    def is_managed(self) -> bool:
         """Whether the pool's memory is managed (unified) memory."""
         return bool(self._cuda_core_resource.is_managed)
 
@@ -638,36 +655,36 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         If ``mr`` is not a cuda.core ``MemoryResource``.
     """
 
-    def __init__(self, mr):
+    def __init__(self, mr: _cc.MemoryResource) -> None:
         if not isinstance(mr, _CCMemoryResource):
             raise TypeError(
                 f"mr: expected a cuda.core.MemoryResource, got {_type_name(mr)}"
             )
         self._setup(mr)
 
-    def _setup(self, mr):
+    def _setup(self, mr: _cc.MemoryResource | None) -> None:
         super().__init__()
         self._upstream = mr
         # pointer -> (the cuda.core Buffer that owns it, its stream's handle, that stream
         # for cuda.core)
-        self._live = {}
+        self._live: dict[int, tuple[_cc.Buffer, int, _cc.Stream]] = {}
 
     @property
-    def upstream_mr(self):
+    def upstream_mr(self) -> _cc.MemoryResource | None:
         """The cuda.core resource this resource allocates from."""
         return self._upstream
 
     @property
-    def is_managed(self):
+    def is_managed(self) -> bool:
         """Whether the memory is managed (unified) memory, as the cuda.core resource says."""
         return self._upstream is not None and bool(self._upstream.is_managed)
 
     @property
-    def outstanding(self):
+    def outstanding(self) -> int:
         """Number of allocations not yet freed."""
         return len(self._live)
 
-    def allocate(self, nbytes, stream=_nbrmm.DEFAULT_STREAM):
+    def allocate(self, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM) -> int:
         """Allocate ``nbytes`` bytes from the cuda.core resource, ordered on ``stream``.
 
         Parameters
@@ -706,7 +723,9 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         self._live[ptr] = (buf, _stream_handle(stream), cc_stream)
         return ptr
 
-    def deallocate(self, ptr, nbytes, stream=_nbrmm.DEFAULT_STREAM):
+    def deallocate(
+        self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
+    ) -> None:
         """Free memory from :meth:`allocate`: close its cuda.core Buffer on ``stream``.
 
         Parameters
@@ -743,11 +762,11 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
                 raise
         buf.close(cc_stream)
 
-    def _not_live(self, ptr):
+    def _not_live(self, ptr: int) -> NoReturn:
         _check_ptr(ptr)
         raise ValueError(f"ptr: {ptr:#x} is not a live allocation of this resource")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} over {self._upstream!r} device={self.device}>"
 
 
@@ -756,25 +775,27 @@ class _LendingResource(CudaCoreMemoryResource):
     allocation is that memory (the Buffer is kept, not closed, until nbrmm frees it);
     later ones (growth, copies) come from the Buffer's own resource."""
 
-    def __init__(self, buffer):
+    def __init__(self, buffer: _cc.Buffer) -> None:
         self._setup(buffer.memory_resource)
-        self._lent = buffer
+        self._lent: _cc.Buffer | None = buffer
         self._lent_ptr = int(buffer.handle)
         self._lent_pending = True
 
-    def allocate(self, nbytes, stream=_nbrmm.DEFAULT_STREAM):
-        if self._lent_pending and nbytes == self._lent.size:
+    def allocate(self, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM) -> int:
+        if self._lent_pending and self._lent is not None and nbytes == self._lent.size:
             self._lent_pending = False
             return self._lent_ptr
         return super().allocate(nbytes, stream)
 
-    def deallocate(self, ptr, nbytes, stream=_nbrmm.DEFAULT_STREAM):
+    def deallocate(
+        self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
+    ) -> None:
         if self._lent is not None and not self._lent_pending and ptr == self._lent_ptr:
             self._lent = None  # cuda.core frees it when its last owner lets it go
             return
         super().deallocate(ptr, nbytes, stream)
 
-    def lent(self, buffer):
+    def lent(self, buffer: _nbrmm.Buffer) -> _cc.Buffer | None:
         """The cuda.core Buffer behind the nbrmm ``buffer``, or None."""
         if (
             self._lent is not None
@@ -787,7 +808,7 @@ class _LendingResource(CudaCoreMemoryResource):
         return None
 
 
-def from_cuda_core_memory_resource(mr):
+def from_cuda_core_memory_resource(mr: _cc.MemoryResource) -> _mr.DeviceMemoryResource:
     """An nbrmm resource that allocates from the cuda.core resource ``mr``.
 
     Parameters
@@ -830,18 +851,18 @@ class BufferOwner:
 
     __slots__ = ("buffer", "__weakref__")
 
-    def __init__(self, buffer):
-        self.buffer = buffer
+    def __init__(self, buffer: _nbrmm.Buffer) -> None:
+        self.buffer: _nbrmm.Buffer | None = buffer
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.buffer!r}>"
 
 
 #: Every BufferOwner, to let go of its nbrmm Buffer at interpreter exit.
-_owners = _weakref.WeakSet()
+_owners: _weakref.WeakSet[BufferOwner] = _weakref.WeakSet()
 
 
-def _release_owners():
+def _release_owners() -> None:
     for owner in list(_owners):
         owner.buffer = None
 
@@ -849,7 +870,7 @@ def _release_owners():
 _atexit.register(_release_owners)
 
 
-def to_cuda_core_buffer(buffer):
+def to_cuda_core_buffer(buffer: _nbrmm.Buffer) -> _cc.Buffer:
     """A cuda.core ``Buffer`` over the memory of an nbrmm ``Buffer``, without copying.
 
     The cuda.core Buffer keeps ``buffer`` alive (``owner.buffer``, see
@@ -891,7 +912,9 @@ def to_cuda_core_buffer(buffer):
     return _from_handle(buffer.ptr, buffer.size, owner=owner)
 
 
-def from_cuda_core_buffer(buffer, *, stream=None):
+def from_cuda_core_buffer(
+    buffer: _cc.Buffer, *, stream: CudaStreamLike | None = None
+) -> _nbrmm.Buffer:
     """An ``nbrmm.Buffer`` over the memory of a cuda.core ``Buffer``, without copying.
 
     The nbrmm Buffer keeps ``buffer`` alive until it is closed or collected, and then only

@@ -13,6 +13,8 @@ stderr or to the file named by the environment variable ``RMM_DEBUG_LOG_FILE``.
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Iterator
 
 from nbrmm._nbrmm import (
     DeviceMemoryResource as _DeviceMemoryResource,
@@ -45,13 +47,13 @@ __all__ = [
 ]
 
 
-def _devices():
+def _devices() -> list[int]:
     """Every device with an entry in librmm's per-device map, and the current device."""
     return sorted(set(_devices_with_resource()) | {_get_current_device()})
 
 
 @contextlib.contextmanager
-def _on_device(device):
+def _on_device(device: int) -> Iterator[None]:
     """Make ``device`` current for a block (resources are created on the current device)."""
     current = _get_current_device()
     if device == current:
@@ -64,7 +66,10 @@ def _on_device(device):
         _set_current_device(current)
 
 
-def enable_logging(log_file_name=None, mr=None):
+def enable_logging(
+    log_file_name: str | os.PathLike[str] | None = None,
+    mr: _DeviceMemoryResource | None = None,
+) -> None:
     """Log every allocation and free to a CSV file per device.
 
     For each device that has a resource in librmm's per-device map (and the current
@@ -102,7 +107,7 @@ def enable_logging(log_file_name=None, mr=None):
         return
 
     # Create every adaptor first, so that a failure leaves every device unchanged.
-    adaptors = []
+    adaptors: list[tuple[int, _LoggingResourceAdaptor]] = []
     for device in _devices():
         with _on_device(device):
             res = _get_per_device_resource(device)
@@ -112,7 +117,7 @@ def enable_logging(log_file_name=None, mr=None):
         _set_per_device_resource(device, adaptor)
 
 
-def disable_logging():
+def disable_logging() -> None:
     """Stop allocation logging on every device.
 
     Each device whose resource is a :class:`~nbrmm.mr.LoggingResourceAdaptor` gets back
@@ -132,7 +137,7 @@ def disable_logging():
             _set_per_device_resource(device, upstream)
 
 
-def get_log_filenames():
+def get_log_filenames() -> dict[int, str | None]:
     """The allocation log file of each device.
 
     Returns
@@ -142,7 +147,7 @@ def get_log_filenames():
         device): the absolute path of its log file, or None when the device does not log
         (or logs to a file nbrmm does not know, set up by C++ code).
     """
-    names = {}
+    names: dict[int, str | None] = {}
     for device in _devices():
         res = _get_per_device_resource(device)
         names[device] = res.get_file_name() if isinstance(res, _LoggingResourceAdaptor) else None

@@ -25,7 +25,24 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from nbrmm.statistics import ProfilerRecords
+
+#: A path argument.
+_Path: TypeAlias = "str | os.PathLike[str]"
+#: Profiler records as plain data: ``{name: {"num_calls": ..., "memory_total": ...,
+#: "memory_peak": ...}}``.
+_Records: TypeAlias = "dict[str, dict[str, int]]"
+#: What :func:`write_profile` and :func:`plot_log` take as records.
+_RecordsLike: TypeAlias = (
+    "ProfilerRecords | Mapping[str, ProfilerRecords.MemoryRecord | Mapping[str, int]]"
+)
 
 __all__ = [
     "LogEvent",
@@ -70,7 +87,7 @@ class LogEvent:
     stream: str
 
 
-def _parse_time(text, where):
+def _parse_time(text: str, where: str) -> float:
     try:
         hours, minutes, seconds = text.strip().split(":")
         return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
@@ -80,7 +97,7 @@ def _parse_time(text, where):
         ) from None
 
 
-def _parse_pointer(text, where):
+def _parse_pointer(text: str, where: str) -> int:
     text = text.strip()
     if text in ("(nil)", "nil", "0", "", "nullptr"):
         return 0
@@ -90,7 +107,7 @@ def _parse_pointer(text, where):
         raise ValueError(f"{where}: cannot parse the pointer {text!r}") from None
 
 
-def read_log(path):
+def read_log(path: _Path) -> list[LogEvent]:
     """Parse a logging adaptor's CSV log.
 
     Parameters
@@ -110,7 +127,7 @@ def read_log(path):
         If the file is not such a log (the error names the file and line).
     """
     path = os.fspath(path)
-    events = []
+    events: list[LogEvent] = []
     with open(path, newline="") as f:
         rows = csv.reader(f)
         header = next(rows, None)
@@ -124,9 +141,9 @@ def read_log(path):
                 f"(expected {','.join(_COLUMNS)})"
             )
         col = {name: header.index(name) for name in _COLUMNS if name in header}
-        start = None
+        start: float | None = None
         day = 0.0
-        previous = None
+        previous: float | None = None
         for lineno, row in enumerate(rows, start=2):
             if not row or not any(cell.strip() for cell in row):
                 continue
@@ -185,17 +202,17 @@ class Timeline:
         started); they do not change ``bytes_in_use``.
     """
 
-    times: list
-    bytes_in_use: list
+    times: list[float]
+    bytes_in_use: list[int]
     peak_bytes: int
     peak_time: float
     allocations: int
     frees: int
-    failures: list
+    failures: list[tuple[float, int]]
     unmatched_frees: int
 
 
-def memory_timeline(events):
+def memory_timeline(events: Iterable[LogEvent]) -> Timeline:
     """The bytes in use after each allocation and free of a log.
 
     Parameters
@@ -207,9 +224,11 @@ def memory_timeline(events):
     -------
     Timeline
     """
-    live = {}
+    live: dict[int, int] = {}
     in_use = 0
-    times, values, failures = [], [], []
+    times: list[float] = []
+    values: list[int] = []
+    failures: list[tuple[float, int]] = []
     peak, peak_time = 0, 0.0
     allocations = frees = unmatched = 0
     for e in events:
@@ -233,11 +252,11 @@ def memory_timeline(events):
     return Timeline(times, values, peak, peak_time, allocations, frees, failures, unmatched)
 
 
-def _records_dict(records):
+def _records_dict(records: _RecordsLike) -> _Records:
     """{name: {num_calls, memory_total, memory_peak}} from ProfilerRecords or a dict."""
     if hasattr(records, "records"):
         records = records.records
-    out = {}
+    out: _Records = {}
     for name, r in dict(records).items():
         if isinstance(r, dict):
             out[str(name)] = {k: int(r[k]) for k in ("num_calls", "memory_total", "memory_peak")}
@@ -250,7 +269,7 @@ def _records_dict(records):
     return out
 
 
-def write_profile(records, path):
+def write_profile(records: _RecordsLike, path: _Path) -> None:
     """Save profiler records as JSON, for :func:`plot_log` or ``--profile``.
 
     Parameters
@@ -265,7 +284,7 @@ def write_profile(records, path):
         f.write("\n")
 
 
-def read_profile(path):
+def read_profile(path: _Path) -> _Records:
     """Load profiler records saved by :func:`write_profile`.
 
     Returns
@@ -281,14 +300,14 @@ def read_profile(path):
     return _records_dict(data["records"])
 
 
-def _byte_unit(peak):
+def _byte_unit(peak: float) -> tuple[int, str]:
     for factor, unit in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if peak >= 2 * factor:
             return factor, unit
     return 1, "B"
 
 
-def _short_name(name, width=48):
+def _short_name(name: str, width: int = 48) -> str:
     """``file:line(qualname)`` shortened to ``basename:line(qualname)`` and ``width``."""
     if "(" in name and ":" in name:
         head, _, rest = name.partition("(")
@@ -297,7 +316,7 @@ def _short_name(name, width=48):
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
-def _import_matplotlib():
+def _import_matplotlib() -> type[Figure]:
     try:
         import matplotlib  # noqa: F401
         from matplotlib.figure import Figure
@@ -309,7 +328,14 @@ def _import_matplotlib():
     return Figure
 
 
-def plot_log(logs, output, *, profile=None, title=None, top=12):
+def plot_log(
+    logs: _Path | Sequence[_Path],
+    output: _Path,
+    *,
+    profile: _RecordsLike | _Path | None = None,
+    title: str | None = None,
+    top: int = 12,
+) -> list[Timeline]:
     """Draw the bytes in use over time of one or more logs into an image file.
 
     Parameters
@@ -339,10 +365,10 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     Figure = _import_matplotlib()
     if isinstance(logs, (str, os.PathLike)):
         logs = [logs]
-    logs = [os.fspath(p) for p in logs]
-    if not logs:
+    paths = [os.fspath(p) for p in logs]
+    if not paths:
         raise ValueError("logs: expected at least one log file")
-    timelines = [memory_timeline(read_log(p)) for p in logs]
+    timelines = [memory_timeline(read_log(p)) for p in paths]
     if isinstance(profile, (str, os.PathLike)):
         profile = read_profile(profile)
     records = _records_dict(profile) if profile is not None else {}
@@ -357,7 +383,7 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     axes = fig.subplots(panels, 1, squeeze=False)[:, 0]
 
     ax = axes[0]
-    for path, tl in zip(logs, timelines):
+    for path, tl in zip(paths, timelines):
         label = os.path.basename(path)
         if tl.times:
             xs = [0.0] + [t * tscale for t in tl.times]
@@ -387,9 +413,9 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     ax.set_ylim(0, max(peak / factor * 1.12, 1.0))
     ax.grid(True, alpha=0.3)
     counts = ", ".join(f"{t.allocations:,} allocations, {t.frees:,} frees" for t in timelines)
-    names = ", ".join(os.path.basename(p) for p in logs)
+    names = ", ".join(os.path.basename(p) for p in paths)
     ax.set_title(title if title is not None else f"{names}: {counts}")
-    if len(logs) > 1 or any(t.failures for t in timelines):
+    if len(paths) > 1 or any(t.failures for t in timelines):
         ax.legend(loc="upper left", fontsize=9)
 
     if records:
@@ -397,9 +423,9 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
         ordered = sorted(records.items(), key=lambda kv: kv[1]["memory_peak"], reverse=True)[:top]
         ordered.reverse()  # largest on top
         pfactor, punit = _byte_unit(max(r["memory_peak"] for _, r in ordered) if ordered else 0)
-        names = [_short_name(n) for n, _ in ordered]
+        bar_names = [_short_name(n) for n, _ in ordered]
         peaks = [r["memory_peak"] / pfactor for _, r in ordered]
-        bars = bx.barh(names, peaks, color="tab:orange")
+        bars = bx.barh(bar_names, peaks, color="tab:orange")
         for bar, (_, r) in zip(bars, ordered):
             bx.annotate(
                 f" {r['num_calls']:,} call{'s' if r['num_calls'] != 1 else ''}",
@@ -415,7 +441,7 @@ def plot_log(logs, output, *, profile=None, title=None, top=12):
     return timelines
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     """``python -m nbrmm.plot``: see the module documentation."""
     parser = argparse.ArgumentParser(
         prog="python -m nbrmm.plot",

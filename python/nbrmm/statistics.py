@@ -30,10 +30,16 @@ import functools
 import inspect
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, ParamSpec, Self, TypeVar
 
 import nbrmm.mr as _mr
 from nbrmm._nbrmm import get_current_device as _get_current_device
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 __all__ = [
     "ProfilerContext",
@@ -78,7 +84,7 @@ class Statistics:
     total_count: int
 
 
-def _resource(mr):
+def _resource(mr: _mr.DeviceMemoryResource | None) -> _mr.DeviceMemoryResource:
     """``mr``, or the current device resource when ``mr`` is None."""
     if mr is None:
         return _mr.get_current_device_resource()
@@ -89,19 +95,23 @@ def _resource(mr):
     return mr
 
 
-def _stats_adaptor(mr):
+def _stats_adaptor(
+    mr: _mr.DeviceMemoryResource | None,
+) -> _mr.StatisticsResourceAdaptor | None:
     """The resolved ``mr`` if it is a StatisticsResourceAdaptor, else None."""
     res = _resource(mr)
     return res if isinstance(res, _mr.StatisticsResourceAdaptor) else None
 
 
-def _same(a, b):
+def _same(a: _mr.DeviceMemoryResource, b: _mr.DeviceMemoryResource) -> bool:
     """Whether ``a`` and ``b`` are the same resource (the same object, or two objects over
     the same librmm resource, as when C++ set it and Python reads it back)."""
     return a is b or a == b
 
 
-def enable_statistics(mr=None):
+def enable_statistics(
+    mr: _mr.DeviceMemoryResource | None = None,
+) -> _mr.StatisticsResourceAdaptor:
     """Collect statistics of every allocation made through the current device resource.
 
     Wraps ``mr`` (by default the current device resource) in a
@@ -132,7 +142,7 @@ def enable_statistics(mr=None):
     return res
 
 
-def disable_statistics():
+def disable_statistics() -> Statistics | None:
     """Stop collecting statistics on the current device.
 
     If the current device resource is a :class:`~nbrmm.mr.StatisticsResourceAdaptor`, its
@@ -158,7 +168,7 @@ def disable_statistics():
     return counts
 
 
-def get_statistics(mr=None):
+def get_statistics(mr: _mr.DeviceMemoryResource | None = None) -> Statistics | None:
     """The counters on top of the statistics stack.
 
     Parameters
@@ -175,7 +185,7 @@ def get_statistics(mr=None):
     return None if res is None else res.allocation_counts
 
 
-def push_statistics(mr=None):
+def push_statistics(mr: _mr.DeviceMemoryResource | None = None) -> Statistics | None:
     """Push a new level of zeroed counters onto the statistics stack.
 
     Parameters
@@ -193,7 +203,7 @@ def push_statistics(mr=None):
     return None if res is None else res.push_counters()
 
 
-def pop_statistics(mr=None):
+def pop_statistics(mr: _mr.DeviceMemoryResource | None = None) -> Statistics | None:
     """Pop the top level of the statistics stack.
 
     The popped counters are added into the level below (see the module notes).
@@ -219,7 +229,9 @@ def pop_statistics(mr=None):
 
 
 @contextlib.contextmanager
-def statistics(mr=None):
+def statistics(
+    mr: _mr.DeviceMemoryResource | None = None,
+) -> Iterator[_mr.StatisticsResourceAdaptor]:
     """Count the allocations made in a ``with`` block.
 
     If the resource (``mr``, by default the current device resource) is a
@@ -297,18 +309,20 @@ class ProfilerRecords:
         memory_total: int = 0
         memory_peak: int = 0
 
-        def add(self, memory_total, memory_peak):
+        def add(self, memory_total: int, memory_peak: int) -> None:
             """Record one more run that allocated ``memory_total`` bytes in all and had
             ``memory_peak`` bytes in use at its peak."""
             self.num_calls += 1
             self.memory_total += memory_total
             self.memory_peak = max(self.memory_peak, memory_peak)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._records = defaultdict(ProfilerRecords.MemoryRecord)
+        self._records: defaultdict[str, ProfilerRecords.MemoryRecord] = defaultdict(
+            ProfilerRecords.MemoryRecord
+        )
 
-    def add(self, name, data):
+    def add(self, name: str, data: Statistics) -> None:
         """Record one run of ``name`` with the statistics ``data``.
 
         Parameters
@@ -322,7 +336,7 @@ class ProfilerRecords:
             self._records[name].add(memory_total=data.total_bytes, memory_peak=data.peak_bytes)
 
     @property
-    def records(self):
+    def records(self) -> dict[str, ProfilerRecords.MemoryRecord]:
         """dict of str to MemoryRecord: a snapshot of the records, by name."""
         with self._lock:
             return {
@@ -330,12 +344,14 @@ class ProfilerRecords:
                 for name, r in self._records.items()
             }
 
-    def clear(self):
+    def clear(self) -> None:
         """Remove every record."""
         with self._lock:
             self._records.clear()
 
-    def report(self, ordered_by="memory_peak"):
+    def report(
+        self, ordered_by: Literal["memory_peak", "memory_total", "num_calls"] = "memory_peak"
+    ) -> str:
         """A table of the records, one line each, largest first.
 
         Parameters
@@ -373,10 +389,10 @@ class ProfilerRecords:
             lines.append(f"{r.num_calls:6,d} {r.memory_peak:15,d} {r.memory_total:15,d}  {name}")
         return "\n".join(lines)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}(records={self.records})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.report()
 
 
@@ -384,7 +400,7 @@ default_profiler_records = ProfilerRecords()
 """The :class:`ProfilerRecords` that :func:`profiler` uses by default."""
 
 
-def _descriptive_name(func):
+def _descriptive_name(func: Callable[..., object]) -> str:
     """``file:line(qualified name)`` of a function, or its qualified name alone."""
     qualname = getattr(func, "__qualname__", None) or repr(func)
     try:
@@ -415,7 +431,13 @@ class ProfilerContext:
         None.
     """
 
-    def __init__(self, records=default_profiler_records, name="", *, mr=None):
+    def __init__(
+        self,
+        records: ProfilerRecords = default_profiler_records,
+        name: str = "",
+        *,
+        mr: _mr.DeviceMemoryResource | None = None,
+    ) -> None:
         if not isinstance(records, ProfilerRecords):
             raise TypeError(f"records: expected a ProfilerRecords, got {type(records).__name__}")
         if not isinstance(name, str):
@@ -427,23 +449,23 @@ class ProfilerContext:
         self.mr = mr
         self._active = threading.local()  # per thread: the adaptors of open blocks
 
-    def _begin(self):
+    def _begin(self) -> _mr.StatisticsResourceAdaptor | None:
         res = _stats_adaptor(self.mr)
         if res is not None:
             res.push_counters()
         return res
 
-    def _end(self, res, name):
+    def _end(self, res: _mr.StatisticsResourceAdaptor | None, name: str) -> None:
         if res is not None:
             self.records.add(name=name, data=res.pop_counters())
 
-    def __call__(self, func):
+    def __call__(self, func: Callable[_P, _R]) -> Callable[_P, _R]:
         if not callable(func):
             raise TypeError(f"profiler: expected a callable to decorate, got {type(func).__name__}")
         name = self.name or _descriptive_name(func)
 
         @functools.wraps(func)
-        def profiled(*args, **kwargs):
+        def profiled(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             res = self._begin()
             try:
                 return func(*args, **kwargs)
@@ -452,19 +474,29 @@ class ProfilerContext:
 
         return profiled
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         if not self.name:
             raise ValueError("name: a profiler used as a context manager needs a name")
         stack = self._active.__dict__.setdefault("stack", [])
         stack.append(self._begin())
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
         self._end(self._active.stack.pop(), self.name)
         return False
 
 
-def profiler(*, records=default_profiler_records, name="", mr=None):
+def profiler(
+    *,
+    records: ProfilerRecords = default_profiler_records,
+    name: str = "",
+    mr: _mr.DeviceMemoryResource | None = None,
+) -> ProfilerContext:
     """Profile the memory of a function (decorator) or of a ``with`` block.
 
     Parameters

@@ -17,28 +17,33 @@ As in rmm, each module imports without its framework; its hooks then raise
 ``ModuleNotFoundError`` (naming the framework and how to install it) when used.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
 __all__: list[str] = []
 
 
 class _Missing:
     """Why a hook module's framework is unavailable, and the error raised on use."""
 
-    def __init__(self, package, install, error):
+    def __init__(self, package: str, install: str, error: ImportError) -> None:
         self.package = package  # the module that failed to import, e.g. "cupy"
         self.install = install  # what to install, in words
         self.error = error  # the ImportError
 
-    def raise_for(self, what):
+    def raise_for(self, what: str) -> NoReturn:
         """Raise ``ModuleNotFoundError`` for a use of ``what`` (a qualified name)."""
         raise ModuleNotFoundError(
             f"{what} needs {self.install}. Importing {self.package!r} failed: {self.error}",
             name=self.package,
         ) from self.error
 
-    def function(self, what, doc):
+    def function(self, what: str, doc: str) -> Callable[..., NoReturn]:
         """A stand-in for the function ``what`` that raises on every call."""
 
-        def unavailable(*args, **kwargs):
+        def unavailable(*args: Any, **kwargs: Any) -> NoReturn:
             self.raise_for(what)
 
         unavailable.__name__ = unavailable.__qualname__ = what.rsplit(".", 1)[-1]

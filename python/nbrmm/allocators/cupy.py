@@ -15,11 +15,20 @@ on, when CuPy drops it, even if the current resource has changed since. A failed
 allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
 """
 
+from __future__ import annotations
+
 import atexit
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nbrmm import _nbrmm
 from nbrmm._nbrmm import Stream  # noqa: F401 - rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
+
+if TYPE_CHECKING:
+    from nbrmm._typing import CudaStreamLike
+
+_missing: _Missing | None
 
 try:
     import cupy.cuda.memory as _cupy_memory
@@ -35,7 +44,7 @@ else:
         _cupy_backends_stream = None
 
 
-def _set_paths(*, stream_by_device=True):
+def _set_paths(*, stream_by_device: bool = True) -> None:
     """Prepare the hook for this CuPy, choosing how it reads CuPy's current stream.
 
     Parameters
@@ -56,7 +65,9 @@ if _missing is None:
     _set_paths()
 
 
-def cupy_allocator(mr=None, stream=None):
+def cupy_allocator(
+    mr: _nbrmm.DeviceMemoryResource | None = None, stream: CudaStreamLike | None = None
+) -> Callable[[int], Any]:
     """Make a CuPy allocator that allocates from ``mr``.
 
     Parameters
@@ -87,6 +98,9 @@ def cupy_allocator(mr=None, stream=None):
     return _nbrmm._cupy_allocator(mr, stream)
 
 
+rmm_cupy_allocator: Callable[[int], Any]
+CupyAllocator: type | None
+Memory: type | None
 if _missing is None:
     #: The rmm-compatible hook: ``rmm_cupy_allocator(nbytes)`` allocates from the current
     #: device resource on CuPy's current stream.
@@ -106,7 +120,7 @@ else:
     CupyAllocator = Memory = None
 
 
-def _uninstall_at_exit():
+def _uninstall_at_exit() -> None:
     """Stop CuPy from holding an nbrmm allocator past exit.
 
     CuPy keeps its global allocator in a C-level variable that interpreter shutdown never
@@ -117,7 +131,7 @@ def _uninstall_at_exit():
     if _missing is not None:
         return
     try:
-        if isinstance(_cupy_memory.get_allocator(), CupyAllocator):
+        if CupyAllocator is not None and isinstance(_cupy_memory.get_allocator(), CupyAllocator):
             _cupy_memory.set_allocator(None)
     except Exception:  # noqa: BLE001 - e.g. inside using_allocator: nothing to undo there
         pass

@@ -17,11 +17,16 @@ Device arrays are :class:`nbrmm.Buffer` objects allocated on the default stream 
 interface has no stream); each is freed to the resource that allocated it.
 """
 
+from __future__ import annotations
+
 from collections import namedtuple as _namedtuple
+from collections.abc import Callable
+from typing import Any
 
 from nbrmm.allocators import _Missing
 
-_missing = None
+# Numba has no type information: its classes (the manager's base included) are Any.
+_missing: _Missing | None = None
 try:
     from numba import cuda as _cuda
     from numba.cuda import HostOnlyCUDAMemoryManager, IpcHandle, MemoryPointer
@@ -38,12 +43,13 @@ else:
     try:
         from numba.cuda.cudadrv.driver import MemoryInfo as _MemoryInfo
     except ImportError:  # pragma: no cover - older numba-cuda layouts
-        _MemoryInfo = _namedtuple("MemoryInfo", "free,total")
+        _MemoryInfo = _namedtuple("MemoryInfo", "free,total")  # type: ignore[no-redef,name-match]
 
 if _missing is not None:
 
-    class HostOnlyCUDAMemoryManager:  # noqa: D101 - the stand-in base without Numba
-        def __init__(self, *args, **kwargs):
+    class HostOnlyCUDAMemoryManager:  # type: ignore[no-redef]  # noqa: D101 - the stand-in base
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            assert _missing is not None
             _missing.raise_for("nbrmm.allocators.numba.RMMNumbaManager")
 
 from nbrmm import DEFAULT_STREAM as _DEFAULT_STREAM
@@ -52,17 +58,17 @@ from nbrmm import available_device_memory as _available_device_memory
 from nbrmm.mr import DeviceMemoryResource as _DeviceMemoryResource
 
 
-def _release(key, allocations):
+def _release(key: int, allocations: dict[int, Any]) -> Callable[[], None]:
     """A finalizer that drops the buffer stored under ``key`` (which frees it)."""
 
-    def finalizer():
+    def finalizer() -> None:
         # After a context reset Numba has already emptied ``allocations``.
         allocations.pop(key, None)
 
     return finalizer
 
 
-class RMMNumbaManager(HostOnlyCUDAMemoryManager):
+class RMMNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]  # a base of type Any
     """Numba external memory manager that allocates device memory from nbrmm.
 
     Host (pinned) memory is left to Numba. Set it with ``numba.cuda.set_memory_manager``
@@ -75,12 +81,12 @@ class RMMNumbaManager(HostOnlyCUDAMemoryManager):
         each allocation. :func:`numba_manager` makes a subclass bound to a resource.
     """
 
-    mr = None
+    mr: _DeviceMemoryResource | None = None
 
-    def initialize(self):
+    def initialize(self) -> None:
         """Nothing to set up: the memory comes from nbrmm resources."""
 
-    def memalloc(self, size):
+    def memalloc(self, size: int) -> MemoryPointer:
         """Allocate ``size`` bytes of device memory from :attr:`mr`.
 
         Returns
@@ -109,7 +115,7 @@ class RMMNumbaManager(HostOnlyCUDAMemoryManager):
             finalizer=_release(key, self.allocations),
         )
 
-    def get_ipc_handle(self, memory):
+    def get_ipc_handle(self, memory: MemoryPointer) -> IpcHandle:
         """An IPC handle for ``memory``, with its offset inside the underlying block.
 
         Pool-like resources hand out parts of larger ``cudaMalloc`` blocks, and CUDA IPC
@@ -121,7 +127,7 @@ class RMMNumbaManager(HostOnlyCUDAMemoryManager):
         source_info = _cuda.current_context().device.get_device_identity()
         return IpcHandle(memory, handle, memory.size, source_info, offset=offset)
 
-    def get_memory_info(self):
+    def get_memory_info(self) -> _MemoryInfo:
         """Free and total memory of the context's device, in bytes.
 
         Returns
@@ -134,12 +140,12 @@ class RMMNumbaManager(HostOnlyCUDAMemoryManager):
         return _MemoryInfo(free=free, total=total)
 
     @property
-    def interface_version(self):
+    def interface_version(self) -> int:
         """The EMM interface version implemented (1)."""
         return 1
 
 
-def numba_manager(mr=None):
+def numba_manager(mr: _DeviceMemoryResource | None = None) -> type[RMMNumbaManager]:
     """Make a Numba memory manager class that allocates from ``mr``.
 
     Parameters

@@ -25,11 +25,14 @@ A failed allocation raises the C++ error into torch, which reports it as a
 ``torch.cuda.OutOfMemoryError``).
 """
 
+from __future__ import annotations
+
 import threading as _threading
 
 from nbrmm import _nbrmm
 from nbrmm.allocators import _Missing
 
+_missing: _Missing | None
 try:
     import torch as _torch
     from torch.cuda.memory import CUDAPluggableAllocator as _CUDAPluggableAllocator
@@ -40,10 +43,12 @@ else:
 
 _LIBRARY = _nbrmm.__file__
 _lock = _threading.Lock()
-_by_slot: dict[int, object] = {}
+_by_slot: dict[int, _CUDAPluggableAllocator] = {}
 
 
-def torch_allocator(mr=None):
+def torch_allocator(
+    mr: _nbrmm.DeviceMemoryResource | dict[int, _nbrmm.DeviceMemoryResource] | None = None,
+) -> _CUDAPluggableAllocator:
     """Make a torch pluggable allocator that allocates from ``mr``.
 
     Parameters
@@ -86,7 +91,7 @@ def torch_allocator(mr=None):
 
 #: The rmm-compatible hook: a ``CUDAPluggableAllocator`` that allocates from the current
 #: device resource (None without PyTorch or when torch has no usable CUDA, as in rmm).
-rmm_torch_allocator = (
+rmm_torch_allocator: _CUDAPluggableAllocator | None = (
     torch_allocator() if _missing is None and _torch.cuda.is_available() else None
 )
 

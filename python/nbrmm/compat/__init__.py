@@ -28,6 +28,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+import types
+from collections.abc import Sequence
 
 __all__ = ["RmmAlreadyImportedError", "install", "installed", "uninstall"]
 
@@ -56,20 +58,25 @@ def _target_name(fullname: str) -> str | None:
 class _AliasLoader(importlib.abc.Loader):
     """Hands over an already imported nbrmm module as the module being imported."""
 
-    def __init__(self, module):
+    def __init__(self, module: types.ModuleType) -> None:
         self._module = module
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         return self._module
 
-    def exec_module(self, module):
+    def exec_module(self, module: types.ModuleType) -> None:
         pass  # the nbrmm module is imported already
 
 
 class _RmmFinder(importlib.abc.MetaPathFinder):
     """Resolves ``rmm`` and ``rmm.*`` to the nbrmm modules of the same dotted path."""
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         target_name = _target_name(fullname)
         if target_name is None:
             return None

@@ -24,7 +24,7 @@ USAGE = (
 )
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     """Run the program named by ``argv`` (default ``sys.argv[1:]``) with rmm mapped.
 
     Returns

@@ -1,6 +1,10 @@
 """Memory resources and the current device resource (rmm.mr-compatible namespace)."""
 
+from __future__ import annotations
+
 import contextlib as _contextlib
+from collections.abc import Iterator as _Iterator
+from typing import TypeVar as _TypeVar
 
 from nbrmm._nbrmm import get_current_device as _get_current_device
 
@@ -38,9 +42,11 @@ from nbrmm._nbrmm import (
 from nbrmm.logger import disable_logging, enable_logging, get_log_filenames
 from nbrmm.mr import experimental
 
+_MR = _TypeVar("_MR", bound=DeviceMemoryResource)
+
 
 @_contextlib.contextmanager
-def using_device_resource(mr, device=None):
+def using_device_resource(mr: _MR, device: int | None = None) -> _Iterator[_MR]:
     """Make ``mr`` the resource of ``device`` for the duration of a ``with`` block.
 
     The previous resource is restored on exit, also when the block raises. Both Python
@@ -67,7 +73,7 @@ def using_device_resource(mr, device=None):
         set_per_device_resource(dev, previous)
 
 
-def get_current_device_resource_type():
+def get_current_device_resource_type() -> type[DeviceMemoryResource]:
     """The class of the current device resource (read from librmm's per-device map)."""
     return type(get_current_device_resource())
 

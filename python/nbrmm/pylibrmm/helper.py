@@ -3,7 +3,7 @@
 from nbrmm._nbrmm import _parse_size
 
 
-def parse_bytes(s):
+def parse_bytes(s: int | str) -> int:
     """A size in bytes from an int or a string such as ``"100 MB"`` or ``"1.5GiB"``.
 
     The grammar is rmm's: a non-negative decimal number (``"1"``, ``"1.5"``), optional

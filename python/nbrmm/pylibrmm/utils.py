@@ -1,9 +1,16 @@
 """Utilities (rmm's ``rmm.pylibrmm.utils``)."""
 
-from nbrmm._nbrmm import _as_stream
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nbrmm._nbrmm import Stream, _as_stream
+
+if TYPE_CHECKING:
+    from nbrmm._typing import CudaStreamLike
 
 
-def as_stream(stream):
+def as_stream(stream: CudaStreamLike) -> Stream:
     """``stream`` as an :class:`nbrmm.Stream`, refusing None.
 
     This is how every ``stream=`` argument of nbrmm is read: a :class:`~nbrmm.Stream` is
