@@ -210,7 +210,8 @@ void bind_memory_resource(nb::module_& m)
       deferred_frees::register_cache(reinterpret_cast<caching_predicate>(
         PyCapsule_GetPointer(capsule.ptr(), NBRMM_CACHING_CAPSULE)));
     },
-    nb::arg("capsule"), nb::sig("def _register_caching_resource(capsule: object) -> None"),
+    nb::arg("capsule"),
+    nb::sig("def _register_caching_resource(capsule: typing_extensions.CapsuleType) -> None"),
     R"doc(Register a caching resource type of a C++ extension (capsule protocol).
 
 Use ``nbrmm::register_caching_resource<T>()`` from ``<nbrmm/nbrmm.hpp>`` rather than
@@ -390,8 +391,8 @@ PyCapsule
         return obj;
       },
       nb::arg("capsule"), nb::arg("host_accessible") = false,
-      nb::sig("def _from_capsule(capsule: object, host_accessible: bool = False) "
-              "-> DeviceMemoryResource"),
+      nb::sig("def _from_capsule(capsule: typing_extensions.CapsuleType, "
+              "host_accessible: bool = False) -> DeviceMemoryResource"),
       R"doc(The resource object for a C++ resource (capsule protocol).
 
 Use ``nbrmm::resource_to_python`` from ``<nbrmm/nbrmm.hpp>`` rather than calling this.

@@ -234,7 +234,7 @@ class CudaStreamPool:
     def get_pool_size(self) -> int:
         """Number of streams in the pool."""
 
-def _register_caching_resource(capsule: object) -> None:
+def _register_caching_resource(capsule: CapsuleType) -> None:
     """
     Register a caching resource type of a C++ extension (capsule protocol).
 
@@ -352,7 +352,7 @@ class DeviceMemoryResource:
         """
 
     @staticmethod
-    def _from_capsule(capsule: object, host_accessible: bool = False) -> DeviceMemoryResource:
+    def _from_capsule(capsule: CapsuleType, host_accessible: bool = False) -> DeviceMemoryResource:
         """
         The resource object for a C++ resource (capsule protocol).
 
