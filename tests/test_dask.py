@@ -161,6 +161,12 @@ def test_sizes_resolve_aligned_and_fractions_of_the_device():
     assert calls == []  # the device is asked only for fractions
 
 
+@pytest.mark.parametrize("fields", [{}, {"bytes": 256, "fraction": 0.5}])
+def test_a_size_is_bytes_or_a_fraction(fields):
+    with pytest.raises(ValueError, match="Size: give one of bytes and fraction"):
+        Size(**fields)
+
+
 def test_fraction_needs_a_device_on_the_worker():
     plugin = NbrmmSetup(initial_pool_size=0.5, factory=host_heap_factory)
     if HAVE_GPU:

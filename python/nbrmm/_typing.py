@@ -18,6 +18,7 @@ __all__ = [
     "DeviceInfo",
     "HasPoolHandle",
     "HostBufferT",
+    "StatisticsRow",
     "Versions",
 ]
 
@@ -61,6 +62,23 @@ class DeviceInfo(TypedDict):
     compute_capability: tuple[int, int]
     multiprocessors: int
     pci_bus_id: int
+
+
+class StatisticsRow(TypedDict):
+    """A row of ``nbrmm.dask.gather_statistics`` (and ``worker_statistics``): a Dask
+    worker, one of its devices, the class of the device's current resource, and the
+    counters of the first statistics adaptor in that resource's chain (None without one)."""
+
+    worker: str | None
+    name: Any  # the worker's name, of whatever type Dask was given (an int, a str, ...)
+    device: int
+    resource: str
+    current_bytes: int | None
+    current_count: int | None
+    peak_bytes: int | None
+    peak_count: int | None
+    total_bytes: int | None
+    total_count: int | None
 
 
 class Versions(TypedDict):

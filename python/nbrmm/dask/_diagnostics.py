@@ -3,44 +3,44 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import nbrmm.mr as _mr
 from nbrmm import _nbrmm
+from nbrmm._typing import StatisticsRow
+
+if TYPE_CHECKING:
+    import pandas
+    from distributed import Client, Worker
+
 
 #: Columns of :func:`gather_statistics`, in order.
-COLUMNS = (
-    "worker",
-    "name",
-    "device",
-    "resource",
-    "current_bytes",
-    "current_count",
-    "peak_bytes",
-    "peak_count",
-    "total_bytes",
-    "total_count",
-)
-_COUNTERS = COLUMNS[4:]
+COLUMNS = tuple(StatisticsRow.__annotations__)
+
+#: A worker metric: ``metric(worker)`` -> ``{name: bytes}``.
+_Metric = Callable[["Worker"], dict[str, int]]
 
 
-def _devices():
+def _devices() -> list[int]:
     """The devices with an entry in librmm's per-device map, and the current device."""
     return sorted(set(_nbrmm._devices_with_resource()) | {_nbrmm.get_current_device()})
 
 
-def _chain(res):
+def _chain(res: _mr.DeviceMemoryResource | None) -> Iterator[_mr.DeviceMemoryResource]:
     """``res`` and its upstream resources, top first (as far as they are known)."""
-    seen = set()
+    seen: set[int] = set()
     while res is not None and id(res) not in seen:
         seen.add(id(res))
         yield res
         res = res.upstream_mr if isinstance(res, _mr.UpstreamResourceAdaptor) else None
 
 
-def _used_and_total(res):
+def _used_and_total(res: _mr.DeviceMemoryResource) -> tuple[int, int]:
     """Bytes in use through ``res`` and bytes it holds, from the first adaptor of its
     chain that counts them (statistics, tracking or limiting) and the first pool."""
-    used = pool = None
+    used: int | None = None
+    pool: int | None = None
     for r in _chain(res):
         if used is None:
             if isinstance(r, _mr.StatisticsResourceAdaptor):
@@ -49,11 +49,11 @@ def _used_and_total(res):
                 used = r.get_allocated_bytes()
         if pool is None and isinstance(r, _mr.PoolMemoryResource):
             pool = r.pool_size()
-    used = used or 0
-    return used, max(used, pool or 0)
+    in_use = used or 0
+    return in_use, max(in_use, pool or 0)
 
 
-def memory_usage():
+def memory_usage() -> tuple[int, int]:
     """Bytes in use and bytes held by this process's current device resources.
 
     Summed over the devices that have a resource in librmm's per-device map (and the
@@ -74,26 +74,28 @@ def memory_usage():
     return used, total
 
 
-def nbrmm_metric(worker=None):
+def nbrmm_metric(worker: Worker | None = None) -> dict[str, int]:
     """The ``nbrmm`` worker metric: ``{"nbrmm-used": bytes, "nbrmm-total": bytes}``."""
     used, total = memory_usage()
     return {"nbrmm-used": used, "nbrmm-total": total}
 
 
-def rmm_metric(worker=None):
+def rmm_metric(worker: Worker | None = None) -> dict[str, int]:
     """The same figures under the keys of distributed's ``rmm`` metric, which its
     dashboard plots (``{"rmm-used": bytes, "rmm-total": bytes}``)."""
     used, total = memory_usage()
     return {"rmm-used": used, "rmm-total": total}
 
 
-_METRICS = {"nbrmm": nbrmm_metric, "rmm": rmm_metric}
+_METRICS: dict[str, _Metric] = {"nbrmm": nbrmm_metric, "rmm": rmm_metric}
 # What the plugin replaced in each worker's metrics (distributed's rmm metric reads
 # rmm's own record of the current resource, which does not see librmm's map).
-_replaced: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_replaced: weakref.WeakKeyDictionary[Worker, Callable[[Worker], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def add_metrics(worker):
+def add_metrics(worker: Worker) -> None:
     """Add the ``nbrmm`` metric to ``worker.metrics``, and put nbrmm's figures under
     ``rmm`` (remembering the metric that was there)."""
     metrics = worker.metrics
@@ -102,7 +104,7 @@ def add_metrics(worker):
     metrics.update(_METRICS)
 
 
-def remove_metrics(worker):
+def remove_metrics(worker: Worker) -> None:
     """Undo :func:`add_metrics` (entries replaced since by others are left alone)."""
     metrics = worker.metrics
     for key, metric in _METRICS.items():
@@ -113,7 +115,7 @@ def remove_metrics(worker):
         metrics["rmm"] = previous
 
 
-def worker_statistics(dask_worker=None):
+def worker_statistics(dask_worker: Worker | None = None) -> list[StatisticsRow]:
     """One row per device of this process: its current resource and the counters of the
     first statistics adaptor in that resource's chain (None without one)."""
     rows = []
@@ -124,19 +126,36 @@ def worker_statistics(dask_worker=None):
             if isinstance(r, _mr.StatisticsResourceAdaptor):
                 counts = r.allocation_counts
                 break
-        row = {
-            "worker": getattr(dask_worker, "address", None),
-            "name": getattr(dask_worker, "name", None),
-            "device": device,
-            "resource": type(res).__name__,
-        }
-        for key in _COUNTERS:
-            row[key] = None if counts is None else getattr(counts, key)
-        rows.append(row)
+        rows.append(
+            StatisticsRow(
+                worker=getattr(dask_worker, "address", None),
+                name=getattr(dask_worker, "name", None),
+                device=device,
+                resource=type(res).__name__,
+                current_bytes=None if counts is None else counts.current_bytes,
+                current_count=None if counts is None else counts.current_count,
+                peak_bytes=None if counts is None else counts.peak_bytes,
+                peak_count=None if counts is None else counts.peak_count,
+                total_bytes=None if counts is None else counts.total_bytes,
+                total_count=None if counts is None else counts.total_count,
+            )
+        )
     return rows
 
 
-def gather_statistics(client, *, frame=None):
+@overload
+def gather_statistics(client: Client, *, frame: Literal[False]) -> list[StatisticsRow]: ...
+@overload
+def gather_statistics(client: Client, *, frame: Literal[True]) -> pandas.DataFrame: ...
+@overload
+def gather_statistics(
+    client: Client, *, frame: bool | None = None
+) -> pandas.DataFrame | list[StatisticsRow]: ...
+
+
+def gather_statistics(
+    client: Client, *, frame: bool | None = None
+) -> pandas.DataFrame | list[StatisticsRow]:
     """Every worker's nbrmm statistics, one row per worker and device.
 
     Each worker reports, for each device with a resource in its librmm map, the counters
@@ -179,20 +198,22 @@ def gather_statistics(client, *, frame=None):
         )
     if frame is not None and not isinstance(frame, bool):
         raise TypeError(f"frame: expected True, False or None, got {type(frame).__name__}")
-    pandas = None
+    data_frame: type[pandas.DataFrame] | None = None
     if frame is not False:
         try:
-            import pandas
+            from pandas import DataFrame
         except ImportError as exc:
             if frame:
                 raise ImportError(
                     f"frame: True needs pandas, which cannot be imported ({exc})", name="pandas"
                 ) from exc
-    by_worker = client.run(worker_statistics)
+        else:
+            data_frame = DataFrame
+    by_worker: dict[str, list[StatisticsRow]] = client.run(worker_statistics)
     rows = sorted(
         (row for rows in by_worker.values() for row in rows),
         key=lambda r: (str(r["worker"]), r["device"]),
     )
-    if pandas is None:
+    if data_frame is None:
         return rows
-    return pandas.DataFrame(rows, columns=list(COLUMNS))
+    return data_frame(rows, columns=list(COLUMNS))

@@ -12,17 +12,22 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 from dask.utils import parse_bytes
 
+#: A size option as the plugin takes it (see the module's documentation).
+SizeOption: TypeAlias = int | float | str | None
+
 #: Sizes are rounded down to a multiple of this, as dask-cuda does for RMM's pools.
-ALIGNMENT = 256
+ALIGNMENT: Final = 256
 
 #: The libraries whose allocator the plugin can point at the worker's resource.
-LIBRARIES = ("cupy", "torch", "numba")
+LIBRARIES: Final = ("cupy", "torch", "numba")
 
-_MAX_BYTES = (1 << 64) - 1
+_MAX_BYTES: Final = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,11 @@ class Size:
     bytes: int | None = None
     fraction: float | None = None
 
-    def resolve(self, total_memory):
+    def __post_init__(self) -> None:
+        if (self.bytes is None) == (self.fraction is None):
+            raise ValueError("Size: give one of bytes and fraction")
+
+    def resolve(self, total_memory: int | Callable[[], int]) -> int:
         """The size in bytes, rounded down to :data:`ALIGNMENT`.
 
         Parameters
@@ -42,18 +51,19 @@ class Size:
             for a fraction).
         """
         if self.fraction is None:
+            assert self.bytes is not None  # one of the two is set (__post_init__)
             n = self.bytes
         else:
             total = total_memory() if callable(total_memory) else total_memory
             n = int(total * self.fraction)
         return n // ALIGNMENT * ALIGNMENT
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         # As the option is written: a float is a fraction, an int a number of bytes.
         return repr(self.bytes if self.fraction is None else self.fraction)
 
 
-def _fraction(value):
+def _fraction(value: int | float | str) -> float | None:
     """``value`` as a fraction of device memory, or None when it is not one.
 
     As in dask-cuda, a float (or a string of one) in (0, 1] is a fraction, except the int
@@ -68,7 +78,7 @@ def _fraction(value):
     return f if 0.0 < f <= 1.0 else None
 
 
-def parse_size(name, value):
+def parse_size(name: str, value: object) -> Size | None:
     """Check a size option on the client.
 
     Parameters
@@ -76,7 +86,7 @@ def parse_size(name, value):
     name : str
         The parameter, for the messages.
     value : int, float, str or None
-        The option.
+        The option (any object: it is checked here).
 
     Returns
     -------
@@ -121,14 +131,14 @@ def parse_size(name, value):
     return None if n == 0 else Size(bytes=n)
 
 
-def parse_flag(name, value):
+def parse_flag(name: str, value: object) -> bool:
     """A bool option (strictly a bool: 0, 1 or a string are refused)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
     return value
 
 
-def parse_libraries(value):
+def parse_libraries(value: object) -> tuple[str, ...]:
     """``external_lib_list``: None, ``"cupy,torch"`` or a list or tuple of names."""
     name = "external_lib_list"
     if value is None:
@@ -142,7 +152,7 @@ def parse_libraries(value):
             f"{name}: expected a comma-separated string such as 'cupy,torch' or a list of "
             f"strings, got {type(value).__name__}"
         )
-    libraries = []
+    libraries: list[str] = []
     for item in items:
         if not isinstance(item, str):
             raise TypeError(f"{name}: expected library names (str), got {type(item).__name__}")
@@ -156,7 +166,7 @@ def parse_libraries(value):
     return tuple(libraries)
 
 
-def parse_directory(value):
+def parse_directory(value: object) -> str | None:
     """``log_directory``: None, or a non-empty str or path."""
     if value is None:
         return None
@@ -172,7 +182,7 @@ def parse_directory(value):
     return path
 
 
-def log_file_name(directory, worker_name):
+def log_file_name(directory: str, worker_name: object) -> str:
     """The allocation log of a worker, named as dask-cuda names its RMM logs
     (``rmm_log_<worker name>.txt``; librmm's logging adaptor inserts ``.dev<N>``)."""
     if isinstance(worker_name, str):

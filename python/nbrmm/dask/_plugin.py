@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import cloudpickle
 from distributed import WorkerPlugin
@@ -16,6 +17,8 @@ from nbrmm._nbrmm import get_current_device as _get_current_device
 from nbrmm._nbrmm import get_device_info as _get_device_info
 from nbrmm.dask import _diagnostics
 from nbrmm.dask._options import (
+    Size,
+    SizeOption,
     log_file_name,
     parse_directory,
     parse_flag,
@@ -23,26 +26,42 @@ from nbrmm.dask._options import (
     parse_size,
 )
 
+if TYPE_CHECKING:
+    from distributed import Worker
+    from torch.cuda.memory import CUDAPluggableAllocator
+
+    from nbrmm.allocators.numba import RMMNumbaManager
+
 # The configuration installed in this process (librmm's map, CuPy's allocator and Numba's
 # memory manager are per process, whatever the number of workers in it).
 _lock = threading.RLock()
 _active: _Configuration | None = None
 
 
+class _Hooks(TypedDict, total=False):
+    """The allocators of a configuration, by library."""
+
+    cupy: Callable[[int], Any]  #: a CuPy allocator (``nbytes`` -> ``MemoryPointer``)
+    torch: CUDAPluggableAllocator
+    numba: type[RMMNumbaManager]  #: a Numba memory manager class
+
+
 @dataclass(eq=False)
 class _Configuration:
     """What one setup installed, and what it replaced."""
 
-    owner: object  #: the plugin instance that installed it
+    owner: NbrmmSetup  #: the plugin instance that installed it
     device: int
-    resource: object  #: the top of the graph, set in librmm's map
-    logging: object | None  #: the logging adaptor, if any
-    hooks: dict  #: library name -> allocator object (CuPy, torch) or manager class (Numba)
-    previous: object = None  #: the resource of ``device`` before this configuration
-    previous_cupy: object = None  #: CuPy's allocator before this configuration
+    resource: _mr.DeviceMemoryResource  #: the top of the graph, set in librmm's map
+    logging: _mr.LoggingResourceAdaptor | None  #: the logging adaptor, if any
+    hooks: _Hooks
+    #: the resource of ``device`` before this configuration
+    previous: _mr.DeviceMemoryResource | None = None
+    #: CuPy's allocator before this configuration (None: CuPy's default)
+    previous_cupy: Callable[[int], Any] | None = None
 
 
-def _same(a, b):
+def _same(a: _mr.DeviceMemoryResource, b: _mr.DeviceMemoryResource) -> bool:
     """The same resource: one object, or two objects over the same librmm resource."""
     return a is b or a == b
 
@@ -133,17 +152,17 @@ class NbrmmSetup(WorkerPlugin):
     def __init__(
         self,
         *,
-        initial_pool_size=None,
-        maximum_pool_size=None,
-        managed_memory=False,
-        async_alloc=False,
-        release_threshold=None,
-        log_directory=None,
-        track_allocations=False,
-        external_lib_list=None,
-        factory=None,
-        statistics=True,
-    ):
+        initial_pool_size: SizeOption = None,
+        maximum_pool_size: SizeOption = None,
+        managed_memory: bool = False,
+        async_alloc: bool = False,
+        release_threshold: SizeOption = None,
+        log_directory: str | os.PathLike[str] | None = None,
+        track_allocations: bool = False,
+        external_lib_list: str | list[str] | tuple[str, ...] | None = None,
+        factory: Callable[[], _mr.DeviceMemoryResource] | None = None,
+        statistics: bool = True,
+    ) -> None:
         self.initial_pool_size = parse_size("initial_pool_size", initial_pool_size)
         self.maximum_pool_size = parse_size("maximum_pool_size", maximum_pool_size)
         self.managed_memory = parse_flag("managed_memory", managed_memory)
@@ -197,7 +216,7 @@ class NbrmmSetup(WorkerPlugin):
                     f"{exc})"
                 ) from exc
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         shown = []
         for key in inspect.signature(type(self).__init__).parameters:
             if key == "self":
@@ -209,13 +228,17 @@ class NbrmmSetup(WorkerPlugin):
 
     # ------------------------------------------------------------------ on the worker
 
-    def _size(self, name, device):
+    def _size(
+        self,
+        name: Literal["initial_pool_size", "maximum_pool_size", "release_threshold"],
+        device: int,
+    ) -> int | None:
         """An option's size in bytes on ``device`` (None when not set)."""
-        size = getattr(self, name)
+        size: Size | None = getattr(self, name)
         if size is None:
             return None
 
-        def total_memory():
+        def total_memory() -> int:
             try:
                 return _get_device_info(device)["total_memory"]
             except Exception as exc:  # noqa: BLE001 - no device, driver error, ...
@@ -226,7 +249,7 @@ class NbrmmSetup(WorkerPlugin):
 
         return size.resolve(total_memory)
 
-    def _build(self, device, worker):
+    def _build(self, device: int, worker: Worker | None) -> _Configuration:
         """The resource graph and the hooks, built without changing anything global."""
         initial = self._size("initial_pool_size", device)
         maximum = self._size("maximum_pool_size", device)
@@ -237,6 +260,7 @@ class NbrmmSetup(WorkerPlugin):
                 f"({initial} bytes) on device {device}"
             )
 
+        res: _mr.DeviceMemoryResource
         if self.factory is not None:
             res = self.factory()
             if not isinstance(res, _mr.DeviceMemoryResource):
@@ -277,17 +301,22 @@ class NbrmmSetup(WorkerPlugin):
         if self.statistics:
             res = _mr.StatisticsResourceAdaptor(res)
 
-        hooks = {}
+        hooks: _Hooks = {}
         for library in self.external_lib_list:
             # The hook modules import without their library and raise at use.
             try:
-                module = importlib.import_module(f"nbrmm.allocators.{library}")
                 if library == "cupy":
-                    hooks[library] = module.cupy_allocator(mr=res)
+                    from nbrmm.allocators.cupy import cupy_allocator
+
+                    hooks["cupy"] = cupy_allocator(mr=res)
                 elif library == "torch":
-                    hooks[library] = module.torch_allocator(mr=res)
+                    from nbrmm.allocators.torch import torch_allocator
+
+                    hooks["torch"] = torch_allocator(mr=res)
                 else:
-                    hooks[library] = module.numba_manager(res)
+                    from nbrmm.allocators.numba import numba_manager
+
+                    hooks["numba"] = numba_manager(res)
             except ImportError as exc:
                 raise ImportError(
                     f"external_lib_list: {library!r} cannot be used on this worker: {exc}",
@@ -301,7 +330,7 @@ class NbrmmSetup(WorkerPlugin):
             hooks=hooks,
         )
 
-    def setup(self, worker=None):
+    def setup(self, worker: Worker | None = None) -> None:
         """Build this worker's resource graph and install it (see the class notes).
 
         When building fails (a bad factory, a missing library, a pool larger than the
@@ -315,7 +344,7 @@ class NbrmmSetup(WorkerPlugin):
         if worker is not None:
             _diagnostics.add_metrics(worker)
 
-    def teardown(self, worker=None):
+    def teardown(self, worker: Worker | None = None) -> None:
         """Remove this plugin's configuration, if it is the one installed, and the metrics.
 
         Puts back the resource that was current before, and CuPy's previous allocator
@@ -328,7 +357,7 @@ class NbrmmSetup(WorkerPlugin):
                 _uninstall(_active)
 
 
-def _install(config):
+def _install(config: _Configuration) -> None:
     """Make ``config`` the process's configuration (call with ``_lock`` held)."""
     global _active
     torch_hook = config.hooks.get("torch")
@@ -362,10 +391,12 @@ def _install(config):
     _active = config
 
 
-def _uninstall(config):
+def _uninstall(config: _Configuration) -> None:
     """Undo ``config`` where it is still in place (call with ``_lock`` held)."""
     global _active
-    if _same(_mr.get_per_device_resource(config.device), config.resource):
+    if config.previous is not None and _same(
+        _mr.get_per_device_resource(config.device), config.resource
+    ):
         _mr.set_per_device_resource(config.device, config.previous)
     cupy_hook = config.hooks.get("cupy")
     if cupy_hook is not None:
