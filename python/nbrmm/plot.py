@@ -29,19 +29,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
+from nbrmm.statistics import ProfilerRecords
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from nbrmm.statistics import ProfilerRecords
-
 #: A path argument.
-_Path: TypeAlias = "str | os.PathLike[str]"
+_Path: TypeAlias = str | os.PathLike[str]
 #: Profiler records as plain data: ``{name: {"num_calls": ..., "memory_total": ...,
 #: "memory_peak": ...}}``.
-_Records: TypeAlias = "dict[str, dict[str, int]]"
+_Records: TypeAlias = dict[str, dict[str, int]]
 #: What :func:`write_profile` and :func:`plot_log` take as records.
 _RecordsLike: TypeAlias = (
-    "ProfilerRecords | Mapping[str, ProfilerRecords.MemoryRecord | Mapping[str, int]]"
+    ProfilerRecords | Mapping[str, ProfilerRecords.MemoryRecord | Mapping[str, int]]
 )
 
 __all__ = [
