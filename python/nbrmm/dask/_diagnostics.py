@@ -11,7 +11,7 @@ from nbrmm import _nbrmm
 from nbrmm._typing import StatisticsRow
 
 if TYPE_CHECKING:
-    import pandas
+    import pandas as _pandas
     from distributed import Client, Worker
 
 
@@ -146,16 +146,16 @@ def worker_statistics(dask_worker: Worker | None = None) -> list[StatisticsRow]:
 @overload
 def gather_statistics(client: Client, *, frame: Literal[False]) -> list[StatisticsRow]: ...
 @overload
-def gather_statistics(client: Client, *, frame: Literal[True]) -> pandas.DataFrame: ...
+def gather_statistics(client: Client, *, frame: Literal[True]) -> _pandas.DataFrame: ...
 @overload
 def gather_statistics(
     client: Client, *, frame: bool | None = None
-) -> pandas.DataFrame | list[StatisticsRow]: ...
+) -> _pandas.DataFrame | list[StatisticsRow]: ...
 
 
 def gather_statistics(
     client: Client, *, frame: bool | None = None
-) -> pandas.DataFrame | list[StatisticsRow]:
+) -> _pandas.DataFrame | list[StatisticsRow]:
     """Every worker's nbrmm statistics, one row per worker and device.
 
     Each worker reports, for each device with a resource in its librmm map, the counters
@@ -198,7 +198,7 @@ def gather_statistics(
         )
     if frame is not None and not isinstance(frame, bool):
         raise TypeError(f"frame: expected True, False or None, got {type(frame).__name__}")
-    data_frame: type[pandas.DataFrame] | None = None
+    data_frame: type[_pandas.DataFrame] | None = None
     if frame is not False:
         try:
             from pandas import DataFrame

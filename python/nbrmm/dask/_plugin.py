@@ -28,7 +28,7 @@ from nbrmm.dask._options import (
 
 if TYPE_CHECKING:
     from distributed import Worker
-    from torch.cuda.memory import CUDAPluggableAllocator
+    from torch.cuda.memory import CUDAPluggableAllocator as _CUDAPluggableAllocator
 
     from nbrmm.allocators.numba import RMMNumbaManager
 
@@ -42,7 +42,7 @@ class _Hooks(TypedDict, total=False):
     """The allocators of a configuration, by library."""
 
     cupy: Callable[[int], Any]  #: a CuPy allocator (``nbytes`` -> ``MemoryPointer``)
-    torch: CUDAPluggableAllocator
+    torch: _CUDAPluggableAllocator
     numba: type[RMMNumbaManager]  #: a Numba memory manager class
 
 

@@ -24,7 +24,7 @@ from nbrmm._nbrmm import Buffer, DeviceBuffer
 from nbrmm._typing import CudaArrayLike
 
 if TYPE_CHECKING:
-    from typing_extensions import Buffer as HostBuffer
+    from typing_extensions import Buffer as _HostBuffer
     from typing_extensions import TypeIs
 
 _B = TypeVar("_B", bound=Buffer)
@@ -41,10 +41,12 @@ class _DeviceFrame(CudaArrayLike, Protocol):
     def nbytes(self) -> int: ...
 
 
-#: A frame: host memory (bytes, bytearray, memoryview) or, in the ``cuda`` family, device
-#: memory.
-_Frame: TypeAlias = "HostBuffer | _DeviceFrame"
-_F = TypeVar("_F", bound="HostBuffer | _DeviceFrame")
+if TYPE_CHECKING:
+    #: A frame: host memory (bytes, bytearray, memoryview) or, in the ``cuda`` family,
+    #: device memory.
+    _Frame: TypeAlias = _HostBuffer | _DeviceFrame
+
+_F = TypeVar("_F", bound="_HostBuffer | _DeviceFrame")
 
 
 def _new(cls: type[_B], nbytes: int) -> _B:
@@ -74,7 +76,9 @@ def _nbytes(frame: _Frame) -> int:
     return frame.nbytes if _on_device(frame) else memoryview(frame).nbytes
 
 
-def _expect(header: Mapping[str, object], frames: Sequence[_F], cls: type[Buffer]) -> tuple[_F, int]:
+def _expect(
+    header: Mapping[str, object], frames: Sequence[_F], cls: type[Buffer]
+) -> tuple[_F, int]:
     """The one frame, checked against the header (frames come from the network)."""
     if len(frames) != 1:
         raise ValueError(f"frames: a {cls.__name__} travels as one frame, got {len(frames)}")
@@ -96,7 +100,9 @@ def _register(cls: type[Buffer]) -> None:
             _ready(buf)
         return _header(buf), [host]
 
-    def dask_deserialize_buffer(header: Mapping[str, object], frames: Sequence[HostBuffer]) -> Buffer:
+    def dask_deserialize_buffer(
+        header: Mapping[str, object], frames: Sequence[_HostBuffer]
+    ) -> Buffer:
         frame, nbytes = _expect(header, frames, cls)
         out = _new(cls, nbytes)
         if nbytes:
@@ -107,7 +113,9 @@ def _register(cls: type[Buffer]) -> None:
         _ready(buf)
         return _header(buf), [buf]
 
-    def cuda_deserialize_buffer(header: Mapping[str, object], frames: Sequence[_Frame]) -> Buffer:
+    def cuda_deserialize_buffer(
+        header: Mapping[str, object], frames: Sequence[_Frame]
+    ) -> Buffer:
         frame, nbytes = _expect(header, frames, cls)
         if type(frame) is cls:
             return frame
