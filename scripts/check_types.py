@@ -2,17 +2,20 @@
 pyproject.toml).
 
     python scripts/check_types.py examples   # mypy --strict over the docs' examples
+    python scripts/check_types.py package    # mypy --strict over nbrmm itself
     python scripts/check_types.py stubtest   # mypy.stubtest: stubs against the runtime
-    python scripts/check_types.py            # both
+    python scripts/check_types.py            # all three
 
 ``examples`` writes the Python code of each documentation page (``docs/**/*.md`` and
 README.md: ``pycon`` statements and ``python`` blocks, in order) to a module of its own
 and runs ``mypy --strict`` over them, so that a user's code written like the examples
 type-checks against nbrmm's stubs. A ``pycon`` statement whose expected output is a
 ``TypeError`` shows an argument that nbrmm refuses by its type: it is written with
-``# type: ignore``, and as ``--strict`` reports an unused ignore, mypy must refuse it too. ``stubtest`` runs ``python -m mypy.stubtest nbrmm``
-with ``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it
-where nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
+``# type: ignore``, and as ``--strict`` reports an unused ignore, mypy must refuse it too.
+``package`` runs ``mypy --strict -p nbrmm`` over nbrmm's Python modules and the
+extension's stub. ``stubtest`` runs ``python -m mypy.stubtest nbrmm`` with
+``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it where
+nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
 """
 
 from __future__ import annotations
@@ -87,6 +90,11 @@ def check_examples() -> int:
     return mypy("--strict", *map(str, files))
 
 
+def check_package() -> int:
+    print("mypy --strict -p nbrmm", flush=True)
+    return mypy("--strict", "-p", "nbrmm")
+
+
 def check_stubs() -> int:
     print("python -m mypy.stubtest nbrmm", flush=True)
     command = [
@@ -102,11 +110,15 @@ def check_stubs() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("check", nargs="?", choices=["examples", "stubtest", "all"], default="all")
+    parser.add_argument(
+        "check", nargs="?", choices=["examples", "package", "stubtest", "all"], default="all"
+    )
     args = parser.parse_args(argv)
     rc = 0
     if args.check in ("examples", "all"):
         rc |= check_examples()
+    if args.check in ("package", "all"):
+        rc |= check_package()
     if args.check in ("stubtest", "all"):
         rc |= check_stubs()
     return rc

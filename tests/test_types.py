@@ -1,10 +1,6 @@
-"""Type checks: ``mypy --strict`` over the documentation's examples, and
-``mypy.stubtest`` of the package (both through scripts/check_types.py).
-
-Both fail today, for reasons in the stubs that precise nanobind signatures will remove;
-they are expected failures until then (strict: the first pass turns them into errors,
-so that the marks are dropped and the checks stay on).
-"""
+"""Type checks (through scripts/check_types.py): ``mypy --strict`` over the
+documentation's examples and over the package itself (its Python modules and the
+extension's stub), and ``mypy.stubtest`` of the package against the runtime."""
 
 import re
 import subprocess
@@ -22,7 +18,7 @@ pytest.importorskip("mypy", reason="the type checks need mypy (the test extra)")
 
 def check_types(which):
     """Runs one check; returns (exit status, output). A run in which mypy itself did not
-    get to check anything is an error, not an expected failure."""
+    get to check anything (mypy missing or broken) raises, with mypy's output."""
     out = subprocess.run(
         [sys.executable, str(SCRIPT), which], capture_output=True, text=True, timeout=600
     )
@@ -35,28 +31,10 @@ def check_types(which):
     return out.returncode, text
 
 
-def known_failure(reason):
-    """Expected to fail (by assertion only) until the stubs are precise."""
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-
-
-@pytest.mark.parametrize(
-    "which",
-    [
-        pytest.param("examples", marks=known_failure(
-            "the stubs type parameters and most returns as object (Buffer.copy, to_device, "
-            "__enter__, get_current_device_resource, ...), and the Python modules' functions "
-            "are not annotated: mypy --strict reports about 40 errors in the examples"
-        )),
-        pytest.param("stubtest", marks=known_failure(
-            "mypy cannot build the package for stubtest: __eq__ -> object in the stub is an "
-            "[override] error, private functions are missing from the stub, and some Python "
-            "modules' globals are not annotated"
-        )),
-    ],
-)
+@pytest.mark.parametrize("which", ["examples", "package", "stubtest"])
 def test_type_check_passes(which):
-    """``examples``: mypy --strict over the docs' examples; ``stubtest``: mypy.stubtest."""
+    """``examples``: mypy --strict over the docs' examples; ``package``: mypy --strict
+    over nbrmm; ``stubtest``: mypy.stubtest."""
     rc, text = check_types(which)
     assert rc == 0, text
 
