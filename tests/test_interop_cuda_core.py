@@ -232,7 +232,10 @@ def test_allocate_takes_nbrmm_memory_and_close_gives_it_back_once():
     assert isinstance(buf, cc.Buffer)
     assert heap.live == {buf.handle: 100}
     assert buf.size == 100 and buf.memory_resource is adapter
-    assert buf.is_host_accessible and not buf.is_device_accessible and buf.device_id == -1
+    assert buf.is_host_accessible and not buf.is_device_accessible
+    # nbrmm reports no device for host memory; the buffer's own device_id is cuda.core's to
+    # derive (cuda-core 1.2.0 reports the current device, later versions the resource's -1).
+    assert adapter.device_id == -1 and buf.device_id in (-1, 0)
     write_host(buf.handle, b"cuda.core")
     assert read_host(buf.handle, 9) == b"cuda.core"
     buf.close()
@@ -261,14 +264,14 @@ def test_allocate_and_deallocate_reach_nbrmm_on_the_stream_given():
     adapter.allocate(10, stream=nbrmm.PER_THREAD_DEFAULT_STREAM).close()
     adapter.allocate(10, stream=nbrmm.DEFAULT_STREAM).close()
     adapter.allocate(10, stream=ForeignStream(2)).close()
-    # cuda.core records no stream for host memory: it frees on its default stream.
-    assert rec.log == [
-        ("allocate", 1), ("deallocate", 1),
-        ("allocate", 2), ("deallocate", 1),
-        ("allocate", 2), ("deallocate", 1),
-        ("allocate", 1), ("deallocate", 1),
-        ("allocate", 2), ("deallocate", 1),
-    ]  # fmt: skip
+    # Each allocation reaches nbrmm on the stream given; each free on the stream cuda.core
+    # frees on: the allocation's (cuda-core 1.2.0 records it for host memory too) or its
+    # default stream (later versions record none for host memory).
+    assert [call for call, _ in rec.log] == ["allocate", "deallocate"] * 5
+    allocated = [stream for call, stream in rec.log if call == "allocate"]
+    freed = [stream for call, stream in rec.log if call == "deallocate"]
+    assert allocated == [1, 2, 2, 1, 2]
+    assert all(f in (a, 1) for a, f in zip(allocated, freed)), freed
     ptr = rec.allocate(16, nbrmm.DEFAULT_STREAM)
     adapter.deallocate(ptr, 16, stream=ForeignStream(0x1234))  # any stream reaches nbrmm
     assert rec.log[-1] == ("deallocate", 0x1234)
@@ -831,6 +834,18 @@ def test_exit_with_live_buffers_on_both_sides():
     assert "Warning" not in out.stderr, out.stderr
 
 
+def _cuda_core_version():
+    from importlib.metadata import version
+
+    return tuple(int(part) for part in re.findall(r"\d+", version("cuda-core"))[:3])
+
+
+@pytest.mark.xfail(
+    _cuda_core_version() < (1, 2, 2),
+    reason="cuda-core 1.2.0 runs Python in the C++ destructor of its buffers, where CPython "
+    "may end a daemon thread at exit, which aborts (docs/interop.md, Interpreter exit)",
+    strict=False,
+)
 def test_exit_while_threads_allocate_through_both_sides():
     out = run_python(
         f"""
