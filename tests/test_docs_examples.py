@@ -9,6 +9,8 @@ import doctest
 import gc
 import io
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -101,15 +103,56 @@ CPU_PAGES = [p for p, bs in PAGES.items() if any(not b.needs_gpu for b in bs)]
 GPU_PAGES = [p for p, bs in PAGES.items() if any(b.needs_gpu for b in bs)]
 
 
+#: A page whose examples install nbrmm under rmm's name runs as a program of its own: in
+#: this process the real rmm may be imported already (install() refuses then), and the
+#: alias would stay for the tests after it.
+_FRESH_PROCESS = "compat.install()"
+_SKIPPED = 3  # the child's exit status for a skipped page
+
+
+def _run_page_in_child(page: pathlib.Path, gpu: bool) -> None:
+    code = (
+        "import sys, _pytest.outcomes as o, test_docs_examples as t\n"
+        f"page = t.pathlib.Path({str(page)!r})\n"
+        f"try:\n    t.run_page([b for b in t.blocks(page) if {gpu!r} or not b.needs_gpu])\n"
+        f"except o.Skipped as e:\n    print(e.msg)\n    sys.exit({_SKIPPED})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=pathlib.Path(__file__).parent)
+    if out.returncode == _SKIPPED:
+        pytest.skip(out.stdout.strip())
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _run(page: pathlib.Path, gpu: bool) -> None:
+    if any(_FRESH_PROCESS in b.text for b in PAGES[page]):
+        _run_page_in_child(page, gpu)
+    else:
+        run_page([b for b in PAGES[page] if gpu or not b.needs_gpu])
+
+
 @pytest.mark.parametrize("page", CPU_PAGES, ids=page_id)
 def test_cpu_examples(page):
-    run_page([b for b in PAGES[page] if not b.needs_gpu])
+    _run(page, gpu=False)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", GPU_PAGES, ids=page_id)
 def test_gpu_examples(page):
-    run_page(PAGES[page])
+    _run(page, gpu=True)
+
+
+def test_a_page_that_installs_the_rmm_alias_runs_apart(tmp_path):
+    """differences.md installs nbrmm as rmm: it runs in a child, which leaves this process
+    without the alias; a failing example there fails the test."""
+    page = ROOT / "docs" / "differences.md"
+    assert any(_FRESH_PROCESS in b.text for b in PAGES[page])
+    _run(page, gpu=False)
+    assert "rmm" not in sys.modules or "nbrmm" not in getattr(sys.modules["rmm"], "__name__", "")
+    bad = tmp_path / "bad.md"
+    bad.write_text("# Bad\n\n```pycon\n>>> import nbrmm.compat\n>>> 1 + 1\n3\n```\n")
+    with pytest.raises(AssertionError, match="1 \\+ 1"):
+        _run_page_in_child(bad, gpu=False)
 
 
 def test_examples_are_found_and_counted():
