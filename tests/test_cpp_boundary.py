@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import nbrmm
 import nbrmm.mr
 from extensions import cpp_ext, testing
-from helpers import HostHeap
+from helpers import HostHeap, run_python
 
 DEV = nbrmm.get_current_device()
 ON_GPU = nbrmm.get_device_count() > 0
@@ -260,3 +260,25 @@ def test_a_registered_caching_type_defers_frees():
     assert testing.live_bytes(cache) == 512
     nbrmm._nbrmm._flush_deferred_frees()
     assert testing.live_bytes(cache) == 0
+
+
+def test_the_caching_registry_takes_a_type_once_and_refuses_past_its_bound():
+    out = run_python(
+        """
+        import nbrmm
+        from extensions import testing
+        assert testing.register_predicates(10) == 10
+        assert testing.register_predicates(10) == 10  # the same ten again: no new entries
+        try:
+            testing.register_predicates(80)
+        except ValueError as e:
+            print(e)
+        # The registry is intact: the test extension's caching type still defers.
+        cache = testing.host_cache_resource()
+        nbrmm._nbrmm._flush_deferred_frees()
+        nbrmm.Buffer(64, mr=cache)
+        assert nbrmm._nbrmm._deferred_frees() == (1, 64)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "capsule: too many caching resource types are registered"

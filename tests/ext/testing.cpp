@@ -43,6 +43,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace nb = nanobind;
 
@@ -341,6 +342,24 @@ class host_cache_resource {
 
 bool refuse_retry(std::size_t, void*) { return false; }
 
+// Distinct caching predicates that recognise nothing, to fill nbrmm's registry.
+template <std::size_t I>
+bool recognises_nothing(device_resource const&) noexcept
+{
+  return false;
+}
+
+template <std::size_t... I>
+int register_predicates(int n, std::index_sequence<I...>)
+{
+  nbrmm::caching_predicate const all[] = {&recognises_nothing<I>...};
+  int i = 0;
+  for (; i < n && i < static_cast<int>(sizeof...(I)); ++i) {
+    if (nbrmm::register_caching_predicate(all[i]) != 0) { throw nb::python_error(); }
+  }
+  return i;
+}
+
 /// librmm's resource or adaptor `kind` over `upstream`, made as C++ code would make it.
 device_resource make_cpp(std::string const& kind, device_resource up,
                          std::optional<std::string> const& log_file)
@@ -403,6 +422,12 @@ NB_MODULE(nbrmm_testing, m)
     nb::arg("limit").none() = nb::none(),
     "A caching C++ host resource (registered with nbrmm as caching), at most ``limit`` "
     "bytes in use.");
+  m.def(
+    "register_predicates",
+    [](int n) { return register_predicates(n, std::make_index_sequence<80>{}); },
+    nb::arg("n"),
+    "Registers the first ``n`` (at most 80) of a fixed set of distinct caching predicates "
+    "that recognise no resource; returns how many were registered.");
   m.def(
     "live_bytes",
     [](nb::handle mr) {
