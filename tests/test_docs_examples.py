@@ -31,11 +31,17 @@ def page_id(page: pathlib.Path) -> str:
     return str(page.relative_to(ROOT))
 
 
-def _missing_optional(exc: BaseException) -> str | None:
-    if isinstance(exc, ModuleNotFoundError) and exc.name:
-        top = exc.name.split(".")[0]
-        if top in OPTIONAL:
-            return exc.name
+def _missing_optional(exc: BaseException | None) -> str | None:
+    """The optional module whose absence caused ``exc`` (directly, or through the
+    ImportError with advice that nbrmm.dask raises from it), or None."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            top = exc.name.split(".")[0]
+            if top in OPTIONAL:
+                return exc.name
+        exc = exc.__cause__ if isinstance(exc, ImportError) else None
+        seen += 1
     return None
 
 
@@ -207,6 +213,25 @@ def test_an_example_needing_a_missing_framework_is_skipped(language, text):
         run_block(block, {})
 
 
+@pytest.mark.parametrize("language", ["python", "pycon"])
+def test_an_import_error_with_advice_over_a_missing_framework_is_skipped(language):
+    # nbrmm.dask raises an ImportError with advice, chained to Dask's ModuleNotFoundError.
+    source = ("try:\n    import dask.not_a_module_of_dask\n"
+              "except ImportError as exc:\n    raise ImportError('install it') from exc\n")
+    text = source if language == "python" else "".join(
+        (">>> " if i == 0 else "... ") + line + "\n" for i, line in enumerate(source.splitlines())
+    ) + "...\n"
+    with pytest.raises(pytest.skip.Exception, match="x.md:1 needs dask"):
+        run_block(Block(ROOT / "docs" / "x.md", 1, language, text), {})
+
+
+def test_an_import_error_with_advice_over_another_module_fails():
+    source = ("try:\n    import not_a_module\n"
+              "except ImportError as exc:\n    raise ImportError('install it') from exc\n")
+    with pytest.raises(ImportError, match="install it"):
+        run_block(Block(ROOT / "docs" / "x.md", 1, "python", source), {})
+
+
 def test_an_example_needing_another_missing_module_fails():
     with pytest.raises(ModuleNotFoundError):
         run_block(Block(ROOT / "docs" / "x.md", 1, "python", "import not_a_module\n"), {})
@@ -214,29 +239,60 @@ def test_an_example_needing_another_missing_module_fails():
         run_block(Block(ROOT / "docs" / "x.md", 1, "pycon", ">>> import not_a_module\n"), {})
 
 
+def _package_folder(package):
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def _cuda_include_folder():
+    """The CUDA runtime's headers, found as nbrmm's build finds them: the wheels of the
+    build requirements (nvidia-cuda-runtime with nvidia-cuda-crt), else a CUDA toolkit
+    (CUDAToolkit_ROOT, CUDA_HOME, CUDA_PATH, nvcc's, /usr/local/cuda). A folder counts only
+    when it is complete: some environments carry the runtime's wheel without crt/."""
+    import os
+    import shutil
+
+    wheel = _package_folder("nvidia.cu13")
+    candidates = [wheel / "include"] if wheel is not None else []
+    for var in ("CUDAToolkit_ROOT", "CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(pathlib.Path(os.environ[var]) / "include")
+    nvcc = shutil.which("nvcc")
+    if nvcc is not None:
+        candidates.append(pathlib.Path(nvcc).resolve().parent.parent / "include")
+    candidates.append(pathlib.Path("/usr/local/cuda/include"))
+    for folder in candidates:
+        if (folder / "cuda_runtime_api.h").is_file() and (folder / "crt/host_defines.h").is_file():
+            return folder
+    return None
+
+
 def _include_folders():
     """The include folders a C++ extension of nbrmm compiles with, or None when the
     headers (the CUDA runtime's come with the build requirements) are not installed."""
-    import importlib.util
     import shutil
     import sysconfig
 
     import nbrmm
 
-    folders = [nbrmm.get_include(), sysconfig.get_paths()["include"]]
+    folders = [pathlib.Path(nbrmm.get_include()), pathlib.Path(sysconfig.get_paths()["include"])]
     for package, sub in (("nanobind", "include"), ("librmm", "include"),
-                         ("librmm", "include/rapids"), ("rapids_logger", "include"),
-                         ("nvidia.cu13", "include")):
-        try:
-            spec = importlib.util.find_spec(package)
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None or not spec.submodule_search_locations:
+                         ("librmm", "include/rapids"), ("rapids_logger", "include")):
+        root = _package_folder(package)
+        if root is None:
             return None
-        folders.append(str(pathlib.Path(list(spec.submodule_search_locations)[0]) / sub))
-    if not all(pathlib.Path(f).is_dir() for f in folders) or shutil.which("g++") is None:
+        folders.append(root / sub)
+    folders.append(_cuda_include_folder())
+    if not all(f is not None and f.is_dir() for f in folders) or shutil.which("g++") is None:
         return None
-    return folders
+    return [str(f) for f in folders]
 
 
 def test_cpp_extension_example_compiles(tmp_path):

@@ -233,8 +233,11 @@ def test_allocate_takes_nbrmm_memory_and_close_gives_it_back_once():
     assert heap.live == {buf.handle: 100}
     assert buf.size == 100 and buf.memory_resource is adapter
     assert buf.is_host_accessible and not buf.is_device_accessible
-    # nbrmm reports no device for host memory; the buffer's own device_id is cuda.core's to
-    # derive (cuda-core 1.2.0 reports the current device, later versions the resource's -1).
+    # Memory given as not device-accessible belongs to no device, whatever the nbrmm
+    # resource's device (0 where a GPU is, -1 without one); the buffer's own device_id is
+    # cuda.core's to derive (cuda-core 1.2.0 reports the current device, later versions
+    # the resource's -1).
+    assert adapter.upstream_mr.device in (-1, 0)
     assert adapter.device_id == -1 and buf.device_id in (-1, 0)
     write_host(buf.handle, b"cuda.core")
     assert read_host(buf.handle, 9) == b"cuda.core"
