@@ -334,10 +334,10 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         per-device map now (later changes of the current resource do not apply).
     device_id, is_device_accessible, is_host_accessible, is_managed : optional
         What cuda.core reports for the memory. By default they mirror ``mr``:
-        ``device_id`` is ``mr.device`` (-1 when ``is_device_accessible`` is given as
-        False), the memory is device-accessible, host-accessible
-        when ``mr`` says so, and managed when ``mr`` is (or adapts) a managed-memory
-        resource or wraps a cuda.core resource that is. Give them for resources nbrmm
+        ``device_id`` is ``mr.device`` (-1 where ``is_device_accessible=False`` is
+        given), the memory is device-accessible, host-accessible when ``mr`` says so,
+        and managed when ``mr`` is (or adapts) a managed-memory resource or wraps a
+        cuda.core resource that is. Give them for resources nbrmm
         cannot see into, e.g. a ``CallbackMemoryResource`` over host memory.
 
     Attributes
@@ -408,7 +408,8 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
             _optional_bool(is_managed, "is_managed"),
         )
         values: list[int | bool] = [m if g is None else g for m, g in zip(mirrored, given)]
-        if device_id is None and not values[1]:
+        device_accessible = values[1]
+        if device_id is None and not device_accessible:
             values[0] = -1  # memory no device can access belongs to no device
         init = super().__setattr__
         init("upstream_mr", mr)
