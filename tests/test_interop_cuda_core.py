@@ -7,11 +7,13 @@ leave cuda.bindings' loader lock taken, and the next attempt would hang. The GPU
 (marked ``gpu``) cover the device paths.
 """
 
+import copy
 import ctypes
 import doctest
 import gc
 import inspect
 import pathlib
+import pickle
 import re
 import threading
 import weakref
@@ -200,7 +202,10 @@ def test_adapter_properties_can_be_given_and_are_read_only():
         ({"mr": cc.LEGACY_DEFAULT_STREAM}, TypeError, "mr"),
         ({"device_id": True}, TypeError, "device_id"),
         ({"device_id": "0"}, TypeError, "device_id"),
-        ({"device_id": -2}, TypeError, "device_id"),
+        ({"device_id": -2}, ValueError, "device_id"),
+        ({"device_id": 2**31}, ValueError, "device_id"),
+        ({"device_id": 2**64}, ValueError, "device_id"),
+        ({"device_id": 0.0}, TypeError, "device_id"),
         ({"is_managed": 1}, TypeError, "is_managed"),
         ({"is_host_accessible": "yes"}, TypeError, "is_host_accessible"),
         ({"is_device_accessible": None, "is_managed": 0}, TypeError, "is_managed"),
@@ -503,19 +508,97 @@ def test_cuda_core_resource_errors():
     assert cc_mr.heap.live == {} and len(cc_mr.heap.calls) == 2
 
 
+#: An exception of the name and module of cuda.core's CUDAError (which cuda.core does not
+#: export), as cuda.core raises it for a driver call that fails.
+CUDAError = type("CUDAError", (Exception,), {"__module__": "cuda.core._utils.cuda_utils"})
+
+
 def test_cuda_core_failures_reach_nbrmm_callers():
-    cc_mr = cuda_core_host_resource(fail=RuntimeError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"))
+    cc_mr = cuda_core_host_resource(fail=CUDAError("CUDA_ERROR_OUT_OF_MEMORY: out of memory"))
     mr = interop.from_cuda_core_memory_resource(cc_mr)
-    with pytest.raises(nbrmm.OutOfMemory, match="out of memory"):
+    with pytest.raises(nbrmm.OutOfMemory, match="out of memory") as info:
         nbrmm.Buffer(10, mr=mr)
+    assert info.value.__cause__ is cc_mr.fail
     cc_mr.fail = ValueError("something else")
     with pytest.raises(ValueError, match="something else"):
         nbrmm.Buffer(10, mr=mr)
+    # Only cuda.core's own error for out of memory is out of memory: any other exception
+    # reaches the caller as itself, whatever its message says.
+    for other in (
+        RuntimeError("CUDA_ERROR_OUT_OF_MEMORY"),
+        CUDAError("CUDA_ERROR_INVALID_VALUE"),
+        type("MyError", (Exception,), {})("config OUT_OF_MEMORY_LIMIT missing"),
+    ):
+        cc_mr.fail = other
+        with pytest.raises(type(other)) as info:
+            nbrmm.Buffer(10, mr=mr)
+        assert info.value is other
     cc_mr.fail = None
     buf = nbrmm.Buffer(48, mr=mr)
     assert cc_mr.heap.live == {buf.ptr: 48}
     del buf
     assert cc_mr.heap.live == {} and mr.outstanding == 0
+
+
+def _returning(value_for):
+    """A cuda.core resource (over a HostHeap) whose allocate returns ``value_for(self, size)``."""
+
+    class Returning(cc.MemoryResource):
+        heap = HostHeap()
+        is_device_accessible, is_host_accessible, is_managed, device_id = False, True, False, -1
+
+        def allocate(self, size, *, stream):
+            return value_for(self, size)
+
+        def deallocate(self, ptr, size, *, stream):
+            self.heap.deallocate(ptr, size, stream)
+
+    return Returning()
+
+
+def _short_buffer(res, size):
+    return cc.Buffer.from_handle(res.heap.allocate(1, None), 1, mr=res)
+
+
+@pytest.mark.parametrize(
+    ("value_for", "exc", "match"),
+    [
+        (_short_buffer, MemoryError, "invalid buffer for 4096 bytes .*1 bytes"),
+        (lambda res, size: res.heap.allocate(size, None), TypeError, "returned int"),
+        (lambda res, size: None, TypeError, "returned NoneType, not a cuda.core.Buffer"),
+    ],
+    ids=["smaller", "int", "None"],
+)
+def test_what_a_cuda_core_resource_returns_is_checked(value_for, exc, match):
+    res = _returning(value_for)
+    mr = interop.from_cuda_core_memory_resource(res)
+    stats = nbrmm.mr.StatisticsResourceAdaptor(mr)
+    with pytest.raises(exc, match=match):
+        nbrmm.Buffer(4096, mr=stats)
+    assert mr.outstanding == 0 and stats.allocation_counts.current_bytes == 0
+    if value_for is _short_buffer:  # the short buffer was closed, its memory freed
+        assert res.heap.live == {}
+    else:  # what a resource returns that is no Buffer is not nbrmm's to free
+        for ptr, nbytes in list(res.heap.live.items()):
+            res.heap.deallocate(ptr, nbytes, None)
+
+
+def test_memory_kind_of_a_cuda_core_resource_is_seen_through_adaptors():
+    host_only = interop.from_cuda_core_memory_resource(cuda_core_host_resource())
+    for top in (host_only, nbrmm.mr.StatisticsResourceAdaptor(host_only)):
+        adapter = interop.NbrmmMemoryResource(top)
+        assert (adapter.device_id, adapter.is_device_accessible) == (-1, False)
+        assert adapter.is_host_accessible and not adapter.is_managed
+
+
+def test_the_adapter_cannot_be_pickled_or_copied():
+    _, adapter = host_adapter()
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="cannot pickle or copy 'NbrmmMemoryResource'"):
+            pickle.dumps(adapter, protocol=protocol)
+    for copier in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot pickle or copy"):
+            copier(adapter)
 
 
 def test_cpp_copies_keep_the_cuda_core_resource_alive():
@@ -791,14 +874,27 @@ def test_cuda_core_streams_are_nbrmm_streams():
         3,
         ForeignStream("h"),
         type("Bad", (), {"__cuda_stream__": lambda s: [0, 1]})(),
+        ForeignStream(True),
     ],
-    ids=["None", "object", "int", "str_handle", "list"],
+    ids=["None", "object", "int", "str_handle", "list", "bool_handle"],
 )
 def test_stream_conversions_reject_non_streams(bad):
     with pytest.raises(TypeError, match="stream"):
         interop.to_cuda_core_stream(bad)
     with pytest.raises(TypeError, match="stream"):
         interop.from_cuda_core_stream(bad)
+
+
+@pytest.mark.parametrize("handle", [-1, 2**64, -(2**63)])
+def test_stream_handles_out_of_range_are_refused_naming_the_stream(handle):
+    heap, adapter = host_adapter()
+    bad = ForeignStream(handle)
+    for convert in (interop.to_cuda_core_stream, interop.from_cuda_core_stream):
+        with pytest.raises(ValueError, match=f"stream: __cuda_stream__\\(\\) returned {handle}"):
+            convert(bad)
+    with pytest.raises(ValueError, match="stream"):
+        adapter.allocate(8, stream=bad)
+    assert heap.live == {}
 
 
 # --------------------------------------------------------------------------------------
@@ -835,6 +931,52 @@ def test_exit_with_live_buffers_on_both_sides():
     assert out.stdout.strip() == "ready"
     assert "leaked" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
     assert "Warning" not in out.stderr, out.stderr
+
+
+def test_exit_with_a_cuda_core_resource_of_the_main_module_behind_live_buffers():
+    # The resource's class lives in __main__, whose globals keep the nbrmm Buffers: the
+    # cuda.core Buffers under them keep the resource from C++, out of the collector's view.
+    out = run_python(
+        f"""
+        import sys
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import cuda.core as cc, nbrmm, nbrmm.interop as interop
+        from helpers import HostHeap
+
+        class MainResource(cc.MemoryResource):
+            heap = HostHeap()
+            is_device_accessible, is_host_accessible = False, True
+            is_managed, device_id = False, -1
+
+            def allocate(self, size, *, stream):
+                return cc.Buffer.from_handle(self.heap.allocate(size, stream), size, mr=self)
+
+            def deallocate(self, ptr, size, *, stream):
+                self.heap.deallocate(ptr, size, stream)
+
+        res = MainResource()
+        kept = nbrmm.Buffer(100, mr=interop.from_cuda_core_memory_resource(res))
+        pool = nbrmm.mr.PoolMemoryResource(interop.from_cuda_core_memory_resource(res), 1 << 16)
+        pooled = nbrmm.Buffer(64, mr=pool)
+        res.lent = interop.from_cuda_core_buffer(res.allocate(32, stream=None))
+        print("ready")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ready"
+    assert "leaked" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
+
+
+def test_after_exit_a_cuda_core_resource_lets_go_of_its_buffers():
+    cc_mr = cuda_core_host_resource()
+    mr = interop.from_cuda_core_memory_resource(cc_mr)
+    buf = nbrmm.Buffer(40, mr=mr)
+    interop._exit_all()  # what interpreter exit does
+    assert mr.outstanding == 0 and cc_mr.heap.live == {}  # cuda.core closed it
+    with pytest.raises(RuntimeError, match="shutting down"):
+        nbrmm.Buffer(8, mr=mr)
+    buf.close()  # the memory went with its cuda.core Buffer: nothing more is freed
+    assert len(cc_mr.heap.calls) == 2
 
 
 def _cuda_core_version():

@@ -124,9 +124,17 @@ def _stream_handle(stream: object, param: str = "stream") -> int:
             f"__cuda_stream__, got {_type_name(stream)}"
         )
     value = proto()
-    if not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[1], int):
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 2
+        or isinstance(value[1], bool)
+        or not isinstance(value[1], int)
+    ):
         raise TypeError(f"{param}: __cuda_stream__() must return a (version, handle) tuple")
-    return value[1]
+    handle = value[1]
+    if not 0 <= handle < 1 << 64:
+        raise ValueError(f"{param}: __cuda_stream__() returned {handle}, not a stream handle")
+    return handle
 
 
 def _nb_stream(stream: object) -> _nbrmm.Stream:
@@ -254,24 +262,35 @@ def _cc_stream_for_nbrmm(stream: CudaStreamLike, device: int) -> _cc.Stream:
 
 def _mirrored_properties(mr: _mr.DeviceMemoryResource) -> tuple[int, bool, bool, bool]:
     """(device_id, is_device_accessible, is_host_accessible, is_managed) of the memory
-    that the nbrmm resource ``mr`` hands out."""
-    cc = getattr(mr, "upstream_mr", None)
-    if isinstance(mr, (CudaCorePoolResource, CudaCoreMemoryResource)) and cc is not None:
-        try:
-            device_id = cc.device_id
-        except Exception:  # noqa: BLE001 - e.g. pinned host memory is bound to no device
-            device_id = -1
-        return (device_id, bool(cc.is_device_accessible), bool(cc.is_host_accessible),
-                bool(cc.is_managed))
+    that the nbrmm resource ``mr`` hands out.
+
+    Adaptors hand out their upstream's memory, so the chain of ``upstream_mr`` is followed
+    down to a resource over cuda.core (whose resource says what its memory is) or to a
+    managed-memory resource.
+    """
     managed = False
     link: object = mr
-    while link is not None and not managed:
-        managed = isinstance(link, _MANAGED_TYPES)
+    for _ in range(_CHAIN_LIMIT):
+        if link is None:
+            break
         if isinstance(link, (CudaCorePoolResource, CudaCoreMemoryResource)):
-            managed = _mirrored_properties(link)[3]
+            cc = link.upstream_mr
+            if cc is None:
+                break
+            try:
+                device_id = cc.device_id
+            except Exception:  # noqa: BLE001 - e.g. pinned host memory is bound to no device
+                device_id = -1
+            return (device_id, bool(cc.is_device_accessible), bool(cc.is_host_accessible),
+                    managed or bool(cc.is_managed))
+        managed = managed or isinstance(link, _MANAGED_TYPES)
         link = getattr(link, "upstream_mr", None)
     host = bool(mr.is_host_accessible) or managed
     return mr.device, bool(mr.is_device_accessible), host, managed
+
+
+#: How far _mirrored_properties follows upstream_mr (a Python resource may say anything).
+_CHAIN_LIMIT = 1000
 
 
 def _optional_bool(value: bool | None, param: str) -> bool | None:
@@ -396,10 +415,13 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
             raise TypeError(
                 f"mr: expected an nbrmm.mr.DeviceMemoryResource, got {_type_name(mr)}{hint}"
             )
-        if device_id is not None and (
-            isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < -1
-        ):
-            raise TypeError(f"device_id: expected an int >= -1 or None, got {device_id!r}")
+        if device_id is not None:
+            if isinstance(device_id, bool) or not isinstance(device_id, int):
+                raise TypeError(
+                    f"device_id: expected an int >= -1 or None, got {_type_name(device_id)}"
+                )
+            if not -1 <= device_id < 1 << 31:
+                raise ValueError(f"device_id: expected -1 or a device ordinal, got {device_id}")
         mirrored = _mirrored_properties(mr)
         given = (
             device_id,
@@ -420,6 +442,10 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         init("_allocate", mr.allocate)
         init("_deallocate", mr.deallocate)
         _adapters.add(self)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # cuda.core's base pickles only its own state: a copy would have no nbrmm resource.
+        raise TypeError(f"cannot pickle or copy {type(self).__name__!r} object")
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} attributes are read-only ({name})")
@@ -638,6 +664,36 @@ class CudaCorePoolResource(_mr.CudaAsyncViewMemoryResource):
         return bool(self._cuda_core_resource.is_managed)
 
 
+def _is_cuda_out_of_memory(exc: Exception) -> bool:
+    """Whether ``exc`` is cuda.core's error for CUDA_ERROR_OUT_OF_MEMORY."""
+    kind = type(exc)
+    return (
+        kind.__name__ == "CUDAError"
+        and kind.__module__.startswith("cuda.")
+        and "CUDA_ERROR_OUT_OF_MEMORY" in str(exc)
+    )
+
+
+#: Every CudaCoreMemoryResource, to let go of its cuda.core Buffers at exit (_exit_all).
+_cuda_core_resources: _weakref.WeakSet[CudaCoreMemoryResource] = _weakref.WeakSet()
+
+
+def _exit_all() -> None:
+    """At interpreter exit, every CudaCoreMemoryResource lets go of its cuda.core Buffers.
+
+    A cuda.core Buffer keeps its memory resource from C++, where the garbage collector
+    cannot see it; one kept by an nbrmm resource (kept by a Buffer in a module's globals,
+    which the cuda.core resource's class refers to) would form a cycle nothing breaks.
+    The buffers are closed or kept as cuda.core does at exit; nbrmm frees nothing of
+    theirs afterwards, and allocates from cuda.core no more.
+    """
+    for resource in list(_cuda_core_resources):
+        resource._exit()
+
+
+_atexit.register(_exit_all)
+
+
 class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
     """An nbrmm resource that allocates from any cuda.core ``MemoryResource``, calling it
     from Python.
@@ -672,6 +728,13 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         # pointer -> (the cuda.core Buffer that owns it, its stream's handle, that stream
         # for cuda.core)
         self._live: dict[int, tuple[_cc.Buffer, int, _cc.Stream]] = {}
+        self._exited = False
+        _cuda_core_resources.add(self)
+
+    def _exit(self) -> None:
+        """At interpreter exit: lets go of the cuda.core Buffers (see _exit_all)."""
+        self._exited = True
+        self._live = {}
 
     @property
     def upstream_mr(self) -> _cc.MemoryResource | None:
@@ -712,18 +775,30 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
                 "Buffer has no memory_resource)"
             )
         cc_stream = _cc_stream_for_nbrmm(stream, self.device)
+        if self._exited:
+            raise RuntimeError(
+                "the interpreter is shutting down: nbrmm no longer allocates from cuda.core"
+            )
         try:
             buf = self._upstream.allocate(nbytes, stream=cc_stream)
         except MemoryError:
             raise
         except Exception as exc:
-            if "OUT_OF_MEMORY" in str(exc):  # cuda.core's CUDAError for out of memory
+            if _is_cuda_out_of_memory(exc):
                 raise _nbrmm.OutOfMemory(f"the cuda.core resource is out of memory: {exc}") from exc
             raise
-        ptr = int(buf.handle)
-        if ptr == 0 or ptr in self._live:
-            buf.close()
-            raise MemoryError(f"the cuda.core resource returned an invalid pointer {ptr:#x}")
+        if not isinstance(buf, _CCBuffer):
+            raise TypeError(
+                f"the cuda.core resource's allocate returned {_type_name(buf)}, not a "
+                "cuda.core.Buffer"
+            )
+        ptr, size = int(buf.handle), buf.size
+        if ptr == 0 or ptr in self._live or size < nbytes:
+            buf.close()  # on the stream it was allocated on
+            raise MemoryError(
+                f"the cuda.core resource returned an invalid buffer for {nbytes} bytes "
+                f"(pointer {ptr:#x}, {size} bytes)"
+            )
         self._live[ptr] = (buf, _stream_handle(stream), cc_stream)
         return ptr
 
@@ -750,8 +825,8 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         # globals are cleared: the common path uses none.
         entry = self._live.pop(ptr, None)
         if entry is None:
-            if ptr == 0 and nbytes == 0:
-                return
+            if (ptr == 0 and nbytes == 0) or self._exited:
+                return  # after exit, memory let go with its cuda.core Buffer
             self._not_live(ptr)
         buf, allocated_on, cc_stream = entry
         if not buf.is_device_accessible:
@@ -794,10 +869,16 @@ class _LendingResource(CudaCoreMemoryResource):
     def deallocate(
         self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
     ) -> None:
+        if self._exited:
+            return  # the lent Buffer and the memory from its resource were let go at exit
         if self._lent is not None and not self._lent_pending and ptr == self._lent_ptr:
             self._lent = None  # cuda.core frees it when its last owner lets it go
             return
         super().deallocate(ptr, nbytes, stream)
+
+    def _exit(self) -> None:
+        super()._exit()
+        self._lent = None
 
     def lent(self, buffer: _nbrmm.Buffer) -> _cc.Buffer | None:
         """The cuda.core Buffer behind the nbrmm ``buffer``, or None."""
