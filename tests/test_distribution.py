@@ -56,6 +56,7 @@ REQUIRED = [
     r"nbrmm/allocators/(__init__|cupy|torch|numba)\.py",
     r"nbrmm-[\w.]+\.dist-info/licenses/LICENSE",
     r"nbrmm-[\w.]+\.dist-info/METADATA",
+    r"nbrmm-compat\.pth",  # NBRMM_COMPAT=1 maps rmm at startup (nbrmm.compat)
 ]
 
 
@@ -68,7 +69,9 @@ def test_wheel_has_the_package_extension_stubs_header_and_license():
 
 def test_wheel_holds_only_the_package_and_its_metadata():
     for f in wheel_files():
-        assert re.match(r"nbrmm/|nbrmm-[\w.]+\.dist-info/", f), f"unexpected file {f}"
+        assert re.match(r"nbrmm/|nbrmm-[\w.]+\.dist-info/|nbrmm-compat\.pth$", f), (
+            f"unexpected file {f}"
+        )
         assert "__pycache__" not in f
 
 
@@ -81,6 +84,7 @@ def test_shipped_header_stub_and_license_are_the_sources():
             ROOT / "include/nbrmm/nbrmm.hpp"
         ).read_bytes()
         assert whl.read("nbrmm/_nbrmm.pyi") == (ROOT / "python/nbrmm/_nbrmm.pyi").read_bytes()
+        assert whl.read("nbrmm-compat.pth") == (ROOT / "python/nbrmm-compat.pth").read_bytes()
         (license_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
         assert whl.read(license_name) == (ROOT / "LICENSE").read_bytes()
 
@@ -119,7 +123,8 @@ def sdist(tmp_path_factory):
 def test_sdist_has_what_a_build_needs(sdist):
     for required in ["pyproject.toml", "CMakeLists.txt", "README.md", "LICENSE",
                      "include/nbrmm/nbrmm.hpp", "python/nbrmm/__init__.py",
-                     "python/nbrmm/_nbrmm.pyi", "src/nb_rmm.cpp", "PKG-INFO"]:
+                     "python/nbrmm/_nbrmm.pyi", "python/nbrmm-compat.pth", "src/nb_rmm.cpp",
+                     "PKG-INFO"]:
         assert required in sdist, f"the sdist lacks {required}"
 
 

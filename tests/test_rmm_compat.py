@@ -12,6 +12,7 @@ Plus the functions rmm has and nbrmm adds for it: the raw-pointer copies of
 
 import ctypes
 import gc
+import os
 import pathlib
 import pickle
 import re
@@ -684,6 +685,69 @@ def test_compat_program_errors_propagate(tmp_path):
     assert "ModuleNotFoundError: No module named 'rmm._cuda'" in out.stderr
     usage = _compat()
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def test_compat_maps_rmm_in_the_processes_a_program_starts(tmp_path):
+    script = tmp_path / "starts_processes.py"
+    script.write_text(
+        "import multiprocessing as mp, os, subprocess, sys\n"
+        "import rmm\n"
+        "def child(queue):\n"
+        "    import rmm.pylibrmm.stream\n"
+        "    queue.put((rmm.__name__, rmm.pylibrmm.stream.__name__))\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = mp.get_context('spawn')\n"
+        "    queue = ctx.Queue()\n"
+        "    proc = ctx.Process(target=child, args=(queue,))\n"
+        "    proc.start()\n"
+        "    print(*queue.get(timeout=120), proc.join(120) or proc.exitcode)\n"
+        "    out = subprocess.run([sys.executable, '-c', 'import rmm; print(rmm.__name__)'],\n"
+        "                         capture_output=True, text=True)\n"
+        "    print(out.stdout.strip(), os.environ.get('NBRMM_COMPAT'))\n"
+    )
+    out = _compat(str(script))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["nbrmm", "nbrmm.pylibrmm.stream", "0", "nbrmm", "1"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "False"), ("1", "True"), ("0", "False")])
+def test_the_environment_variable_maps_rmm_at_startup(value, expected):
+    env = {k: v for k, v in os.environ.items() if k != "NBRMM_COMPAT"}
+    if value is not None:
+        env["NBRMM_COMPAT"] = value
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; m = sys.modules.get('nbrmm.compat'); "
+         "print(m is not None and m.installed())"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expected and out.stderr == ""
+
+
+def test_aliased_modules_keep_their_own_spec():
+    out = run_python(
+        """
+        import importlib, importlib.resources, importlib.util, sys
+        import nbrmm, nbrmm.compat
+        nbrmm.compat.install()
+        import rmm, rmm.mr, rmm.pylibrmm.stream
+        print(nbrmm.__spec__.name, nbrmm.mr.__spec__.name,
+              nbrmm.pylibrmm.stream.__spec__.name,
+              "GIT_COMMIT" in [p.name for p in importlib.resources.files("nbrmm").iterdir()])
+        importlib.reload(rmm)  # reloads nbrmm, under its own name
+        print(nbrmm.__name__, sys.modules["nbrmm"] is nbrmm, sys.modules["rmm"] is nbrmm)
+        nbrmm.compat.uninstall()
+        print(importlib.util.find_spec("nbrmm").name,
+              sorted(n for n in sys.modules if n == "rmm" or n.startswith("rmm.")))
+        importlib.reload(nbrmm)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == [
+        "nbrmm nbrmm.mr nbrmm.pylibrmm.stream True",
+        "nbrmm True True",
+        "nbrmm []",
+    ]
 
 
 def _fake_rmm(tmp_path):

@@ -5,7 +5,11 @@ Opt-in, for trying nbrmm on an existing code base. Either run the program throug
     python -m nbrmm.compat script.py [args...]
     python -m nbrmm.compat -m package.module [args...]
 
-or call :func:`install` before anything imports rmm. From then on ``import rmm`` gives the
+or call :func:`install` before anything imports rmm. The runner also sets ``NBRMM_COMPAT=1``
+in the program's environment: every Python process started with that variable set (child
+processes of ``multiprocessing``, Dask's workers, ``subprocess`` running Python) calls
+:func:`install` at startup, through the ``nbrmm-compat.pth`` file nbrmm installs, so
+the whole program runs on nbrmm. From then on ``import rmm`` gives the
 ``nbrmm`` package and ``import rmm.X.Y`` gives ``nbrmm.X.Y`` (the very module objects:
 ``rmm.mr is nbrmm.mr``); a module that nbrmm lacks (rmm's private modules, such as
 ``rmm._cuda``) raises ``ModuleNotFoundError`` naming it. The real rmm is never imported
@@ -31,7 +35,11 @@ import threading
 import types
 from collections.abc import Sequence
 
-__all__ = ["RmmAlreadyImportedError", "install", "installed", "uninstall"]
+__all__ = ["ENVIRONMENT_VARIABLE", "RmmAlreadyImportedError", "install", "installed", "uninstall"]
+
+#: Where set to ``"1"``, Python processes map rmm to nbrmm from startup (see the module's
+#: description); ``python -m nbrmm.compat`` sets it for the program it runs.
+ENVIRONMENT_VARIABLE = "NBRMM_COMPAT"
 
 _ALIAS = "rmm"
 _TARGET = "nbrmm"
@@ -60,12 +68,15 @@ class _AliasLoader(importlib.abc.Loader):
 
     def __init__(self, module: types.ModuleType) -> None:
         self._module = module
+        self._spec = module.__spec__
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         return self._module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        pass  # the nbrmm module is imported already
+        # The nbrmm module is imported already. The import system gave it the alias's
+        # spec: it keeps its own (importlib.resources, reload and find_spec read it).
+        module.__spec__ = self._spec
 
 
 class _RmmFinder(importlib.abc.MetaPathFinder):
@@ -172,3 +183,14 @@ def uninstall() -> None:
             module = sys.modules.get(name)
             if module is not None and getattr(module, "__name__", "").startswith(_TARGET):
                 del sys.modules[name]
+
+
+def _startup() -> None:
+    """Called at interpreter startup by ``nbrmm-compat.pth`` where ``NBRMM_COMPAT=1``."""
+    try:
+        install()
+    except Exception as exc:  # noqa: BLE001 - startup goes on; the program sees no rmm
+        sys.stderr.write(
+            f"nbrmm.compat: {ENVIRONMENT_VARIABLE}=1, but rmm could not be mapped to "
+            f"nbrmm: {type(exc).__name__}: {exc}\n"
+        )

@@ -7,7 +7,8 @@ Usage::
     python -m nbrmm.compat -c "code" [args...]
 
 The program sees the same ``sys.argv`` as with ``python script.py args...``; ``import rmm``
-inside it imports nbrmm (see :mod:`nbrmm.compat`).
+inside it imports nbrmm (see :mod:`nbrmm.compat`), and so it does in the Python processes
+the program starts (``NBRMM_COMPAT=1`` is set in its environment).
 """
 
 import os
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     except nbrmm.compat.RmmAlreadyImportedError as exc:
         sys.stderr.write(f"nbrmm.compat: {exc}\n")
         return 1
+    # Python processes the program starts map rmm too (nbrmm-compat.pth reads it).
+    os.environ[nbrmm.compat.ENVIRONMENT_VARIABLE] = "1"
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]  # sys.path[0] is the working directory already
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
