@@ -66,6 +66,8 @@ SENT = 4096 if HAVE_GPU else 0
 
 BAD_OPTIONS = [
     (dict(initial_pool_size=-1), ValueError, "initial_pool_size"),
+    (dict(initial_pool_size="-0.5"), ValueError, "initial_pool_size: must not be negative"),
+    (dict(maximum_pool_size=" -1MB"), ValueError, "maximum_pool_size: must not be negative"),
     (dict(initial_pool_size=2**64), ValueError, "initial_pool_size"),
     (dict(initial_pool_size="lots"), ValueError, "initial_pool_size"),
     (dict(initial_pool_size=""), ValueError, "initial_pool_size"),

@@ -113,6 +113,9 @@ def parse_size(name: str, value: object) -> Size | None:
         )
     if isinstance(value, str) and not value.strip():
         raise ValueError(f"{name}: expected a size such as '4GB', got an empty string")
+    if isinstance(value, str) and value.strip().startswith("-"):
+        # Dask's parse_bytes truncates "-0.5" to 0, which would read as "not set".
+        raise ValueError(f"{name}: must not be negative, got {value!r}")
     fraction = _fraction(value)
     if fraction is not None:
         return Size(fraction=fraction)

@@ -139,11 +139,16 @@ class NbrmmSetup(WorkerPlugin):
     valid and returns to the resource that allocated it, whose statistics adaptor counts
     the frees. A restarted worker is a new process set up once.
 
+    A setup that fails (a factory that raises, torch refusing a new allocator) changes
+    nothing on the worker and raises on the client. Through ``client.register_plugin``,
+    distributed has torn the previous plugin down before the new one's setup runs, so
+    the worker is then as before any nbrmm plugin (the resource that was current before
+    it); register a working plugin again.
+
     PyTorch and Numba choose their allocator once per process: torch refuses a new
-    allocator after its first CUDA allocation (setup then raises ``RuntimeError`` and the
-    previous configuration is left as it was; restart the workers instead), and a Numba
-    CUDA context keeps the memory manager it was created with. Neither can be put back at
-    teardown.
+    allocator after its first CUDA allocation (setup then raises ``RuntimeError``;
+    restart the workers instead), and a Numba CUDA context keeps the memory manager it
+    was created with. Neither can be put back at teardown.
     """
 
     name = "nbrmm"
