@@ -46,7 +46,10 @@ PAIRED_INFO_REFERENCES = {
     "torch_empty_hook": (
         ("pluggable_floor", "the hook over a host heap: torch's pluggable-allocator floor"),
     ),
-    "cuda_core_allocate": (("floor", "librmm's C++ allocate+deallocate on the arena"),),
+    "cuda_core_allocate": (
+        ("python_mr_floor", "a cuda.core MemoryResource in Python that allocates nothing"),
+        ("floor", "librmm's C++ allocate+deallocate on the arena"),
+    ),
 }
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",

@@ -24,7 +24,9 @@ records the reference medians (``reference_ns``, ns per call) and the target (``
     cuda.core's ``allocate(256, stream=s)`` + ``close(s)`` with an nbrmm arena as the
     ``cuda.core.MemoryResource`` (``nbrmm.interop``), beside cuda.core's own default
     device memory resource (``Device().memory_resource``), both on one stream; librmm's
-    C++ round trip on the arena (``floor``) shows what the arena itself costs.
+    C++ round trip on the arena (``floor``) shows what the arena itself costs, and a
+    ``MemoryResource`` written in Python that hands out one block it holds
+    (``python_mr_floor``) what cuda.core itself costs for any resource written in Python.
 ``torch_empty_hook``
     The same call with nbrmm's hook as torch's allocator, so that every allocation and
     free goes through it, beside torch's caching allocator. torch takes its allocator
@@ -179,7 +181,8 @@ def bench_paired_cupy_empty(benchmark):
 @pytest.mark.gpu
 def bench_paired_cuda_core_allocate(benchmark):
     """cuda.core's ``allocate`` + ``close`` through an nbrmm arena, beside cuda.core's own
-    default device memory resource and the arena's C++ round trip."""
+    default device memory resource, a cuda.core resource in Python that allocates nothing,
+    and the arena's C++ round trip."""
     dev, stream, own = cuda_core_device()
     from nbrmm.interop import to_cuda_core_memory_resource
 
@@ -195,17 +198,38 @@ def bench_paired_cuda_core_allocate(benchmark):
 
         return batch
 
+    # cuda.core's own cost for any MemoryResource written in Python: allocate hands out
+    # one block it holds (Buffer.from_handle), deallocate does nothing.
+    import cuda.core
+
+    block = own.allocate(NBYTES, stream=stream)
+    from_handle = cuda.core.Buffer.from_handle
+
+    class PythonResource(cuda.core.MemoryResource):
+        is_device_accessible, is_host_accessible, is_managed = True, False, False
+        device_id = dev.device_id
+
+        def allocate(self, size, *, stream):
+            return from_handle(block.handle, size, mr=self, stream=stream)
+
+        def deallocate(self, ptr, size, *, stream):
+            pass
+
     subject, reference = batch_of(ours), batch_of(own)
+    python_floor = batch_of(PythonResource())
     subject()
     reference()
+    python_floor()
     record(benchmark, "paired", "nbrmm", target="cuda_core_allocate", resource="arena", size=NBYTES)
     benchmark.group = f"paired cuda.core allocate {size_id(NBYTES)}"
     references = {
         "cuda.core": lambda: _timed(reference),
+        "python_mr_floor": lambda: _timed(python_floor),
         "floor": lambda: _testing.allocate_round_trip_ns(arena, NBYTES, BATCH),
     }
     Interleaved(benchmark, references).run(subject)
     stream.sync()
+    block.close(stream)
 
 
 @pytest.mark.gpu
