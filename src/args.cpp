@@ -88,23 +88,13 @@ std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param
   return parse_size(obj, param);
 }
 
-void check_request(std::size_t bytes, std::size_t alignment, char const* param)
+void detail::refuse_request(std::size_t bytes, std::size_t alignment, char const* param)
 {
-  // An alignment above librmm's 256 bytes is honoured by asking for alignment - 256 more.
   std::size_t const extra = alignment > default_alignment ? alignment - default_alignment : 0;
-  if (bytes > max_request - extra) {
-    throw rmm::bad_alloc{std::string{param} + ": cannot allocate " + std::to_string(bytes) +
-                         " bytes: no resource can serve more than " +
-                         std::to_string(max_request - extra) + " bytes" +
-                         (extra != 0 ? " at this alignment" : "")};
-  }
-}
-
-std::size_t request_size(nb::handle obj, char const* param, std::size_t alignment)
-{
-  std::size_t const bytes = parse_size(obj, param);
-  check_request(bytes, alignment, param);
-  return bytes;
+  throw rmm::bad_alloc{std::string{param} + ": cannot allocate " + std::to_string(bytes) +
+                       " bytes: no resource can serve more than " +
+                       std::to_string(max_request - extra) + " bytes" +
+                       (extra != 0 ? " at this alignment" : "")};
 }
 
 std::size_t alignment_arg(nb::handle obj, char const* param)

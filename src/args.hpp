@@ -24,13 +24,34 @@ std::size_t parse_size(nb::handle obj, char const* param);
 /// Parses an optional size argument (None stays empty).
 std::optional<std::size_t> parse_optional_size(nb::handle obj, char const* param);
 
+namespace detail {
+[[noreturn]] void refuse_request(std::size_t bytes, std::size_t alignment, char const* param);
+}  // namespace detail
+
 /// Raises nbrmm.BadAlloc (a MemoryError) naming `param` when no resource can serve a
 /// request of `bytes` bytes with `alignment`.
-void check_request(std::size_t bytes, std::size_t alignment, char const* param);
+inline void check_request(std::size_t bytes, std::size_t alignment, char const* param)
+{
+  // An alignment above librmm's 256 bytes is honoured by asking for alignment - 256 more.
+  std::size_t const extra = alignment > default_alignment ? alignment - default_alignment : 0;
+  if (bytes > max_request - extra) [[unlikely]] { detail::refuse_request(bytes, alignment, param); }
+}
 
 /// Parses the size of an allocation (parse_size, then check_request with `alignment`).
-std::size_t request_size(nb::handle obj, char const* param,
-                         std::size_t alignment = default_alignment);
+inline std::size_t request_size(nb::handle obj, char const* param,
+                                std::size_t alignment = default_alignment)
+{
+  std::size_t bytes = 0;
+  if (PyLong_CheckExact(obj.ptr())) {  // the common case: a non-negative int in range
+    int overflow      = 0;
+    long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    bytes = overflow == 0 && v >= 0 ? static_cast<std::size_t>(v) : parse_size(obj, param);
+  } else {
+    bytes = parse_size(obj, param);
+  }
+  check_request(bytes, alignment, param);
+  return bytes;
+}
 
 /// Parses an alignment: a power of two from 1 to max_alignment, given as an int. Raises
 /// TypeError/ValueError naming `param`.

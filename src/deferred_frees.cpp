@@ -107,6 +107,10 @@ class entries {
     }
   }
 
+  /// Links of the list of storage being freed without the GIL (in_flight).
+  entries* prev_in_flight{nullptr};
+  entries* next_in_flight{nullptr};
+
  private:
   union slot {
     slot() noexcept {}
@@ -136,8 +140,27 @@ entries* queue = new entries;
 constexpr int spare_capacity = 8;
 entries* spares[spare_capacity] = {new entries};
 int spare_count                 = 1;
-// Storage taken by threads that are freeing it now (without the GIL).
-std::vector<entries*>* in_flight = new std::vector<entries*>;
+// Storage taken by threads that are freeing it now (without the GIL): a list linked
+// through the storage itself, so that taking and giving back storage allocates nothing.
+entries* in_flight = nullptr;
+
+void add_in_flight(entries* batch) noexcept
+{
+  batch->prev_in_flight = nullptr;
+  batch->next_in_flight = in_flight;
+  if (in_flight != nullptr) { in_flight->prev_in_flight = batch; }
+  in_flight = batch;
+}
+
+void remove_in_flight(entries* batch) noexcept
+{
+  (batch->prev_in_flight != nullptr ? batch->prev_in_flight->next_in_flight : in_flight) =
+    batch->next_in_flight;
+  if (batch->next_in_flight != nullptr) {
+    batch->next_in_flight->prev_in_flight = batch->prev_in_flight;
+  }
+  batch->prev_in_flight = batch->next_in_flight = nullptr;
+}
 bool accepting{true};  // false when switched off, and for good once stop() ran
 bool stopped{false};
 #endif
@@ -199,7 +222,9 @@ void forget_owner(DeviceMemoryResource const* owner) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
   queue->forget(owner);
-  for (entries* batch : *in_flight) { batch->forget(owner); }
+  for (entries* batch = in_flight; batch != nullptr; batch = batch->next_in_flight) {
+    batch->forget(owner);
+  }
 #endif
 }
 
@@ -214,14 +239,7 @@ PyThreadState* release_gil(entries** taken) noexcept
     entries* fresh = spare_count > 0 ? spares[--spare_count] : new (std::nothrow) entries;
     if (fresh != nullptr) {  // (without memory for a swap the queue waits for the next one)
       entries* batch = std::exchange(queue, fresh);
-      try {
-        in_flight->push_back(batch);
-      } catch (...) {
-        std::swap(queue, fresh);  // without memory to track it the queue waits
-        spares[spare_count++] = fresh;
-        *taken = nullptr;
-        return PyEval_SaveThread();
-      }
+      add_in_flight(batch);
       *taken = batch;
       PyThreadState* state = PyEval_SaveThread();
       batch->free_all();
@@ -237,7 +255,7 @@ void recycle(entries* taken) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
   taken->drop_owners();
-  std::erase(*in_flight, taken);
+  remove_in_flight(taken);
   if (spare_count < spare_capacity) {
     spares[spare_count++] = taken;
   } else {

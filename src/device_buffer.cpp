@@ -195,6 +195,18 @@ bool Buffer::release(release_mode mode)
   } else if (mode == release_mode::destroy && gil && mr.is_valid()) {
     mem->defer_free(nb::inst_ptr<DeviceMemoryResource>(mr));
   }
+  // An empty allocation, or one whose free was queued, frees nothing: its share of the
+  // resource is not the last (`mr` holds one until it is cleared). Drop it here, with the
+  // GIL and without moving it out first.
+  if (mem->holds_nothing() && mr.is_valid() &&
+      nb::inst_ptr<DeviceMemoryResource>(mr)->res.has_value()) {
+    mem.reset();
+    if (listed_in != nullptr) {
+      listed_in->holders.remove(this);
+      listed_in = nullptr;
+    }
+    return true;
+  }
   // Take the memory out while holding the GIL, so that no other thread sees it half freed.
   std::optional<buffer_memory> taken{std::move(*mem)};
   mem.reset();

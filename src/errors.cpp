@@ -11,6 +11,7 @@
 
 #include "bindings.hpp"
 
+#include <atomic>
 #include <exception>
 #include <cctype>
 #include <string>
@@ -51,6 +52,14 @@ PyObject* out_of_memory_type  = nullptr;
 /// out-of-memory error librmm may answer it with.
 thread_local PyObject* last_memory_error = nullptr;
 
+/// Takes this thread's last_memory_error (a strong reference, or null).
+PyObject* take_memory_error() noexcept
+{
+  PyObject* const p = std::exchange(last_memory_error, nullptr);
+  if (p != nullptr) { detail::memory_errors_held.fetch_sub(1, std::memory_order_relaxed); }
+  return p;
+}
+
 void restore_exception(py_owned const& exc) noexcept
 {
   PyObject* value = exc.get().ptr();
@@ -86,7 +95,7 @@ void set_rmm_error(PyObject* type, char const* what)
   PyErr_SetString(type, message.c_str());
 }
 
-void forget_memory_error() noexcept { Py_CLEAR(last_memory_error); }
+void forget_memory_error() noexcept { Py_XDECREF(take_memory_error()); }
 
 /// Sets the error for an exception (rethrows what nbrmm does not translate).
 void translate(std::exception_ptr const& p, void*)
@@ -105,7 +114,7 @@ void translate(std::exception_ptr const& p, void*)
       PyObject *type, *value, *tb;
       PyErr_Fetch(&type, &value, &tb);
       PyErr_NormalizeException(&type, &value, &tb);
-      PyException_SetCause(value, std::exchange(last_memory_error, nullptr));  // steals
+      PyException_SetCause(value, take_memory_error());  // steals
       PyErr_Restore(type, value, tb);
     }
   } catch (rmm::bad_alloc const& e) {
@@ -168,7 +177,10 @@ void throw_python_error()
       }
     }
     PyErr_Clear();
-    Py_XSETREF(last_memory_error, Py_NewRef(value));
+    PyObject* const previous = take_memory_error();
+    last_memory_error        = Py_NewRef(value);
+    detail::memory_errors_held.fetch_add(1, std::memory_order_relaxed);
+    Py_XDECREF(previous);
   }
   Py_XDECREF(type);
   Py_XDECREF(value);
@@ -177,7 +189,9 @@ void throw_python_error()
   throw python_exception{std::move(exc)};
 }
 
-void forget_python_memory_error() noexcept
+std::atomic<int> detail::memory_errors_held{0};
+
+void detail::forget_python_memory_error_slow() noexcept
 {
   if (last_memory_error != nullptr) { forget_memory_error(); }
 }

@@ -12,8 +12,31 @@ namespace {
 
 std::atomic<bool> exit_begun{false};
 std::atomic<unsigned long> exit_thread{0};
-/// Threads between deciding to take the GIL and having it.
-std::atomic<int> reacquiring{0};
+/// Threads between deciding to take the GIL and having it: arrivals - departures. An arrival
+/// is counted (a full barrier, ordered against the read of exit_begun) before the thread
+/// looks at exit_begun; a departure is counted once the thread holds the GIL, so with the
+/// GIL enabled it needs no atomic read-modify-write: the GIL orders it before begin_exit's
+/// reads, which are made with the GIL held. A thread that turns back without the GIL
+/// takes its arrival back instead.
+std::atomic<unsigned long> arrivals{0};
+std::atomic<unsigned long> departures{0};
+
+/// Counts this thread's departure (it holds the GIL now).
+void depart() noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  departures.fetch_add(1);
+#else
+  departures.store(departures.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+#endif
+}
+
+/// Whether some thread decided to take the GIL and does not have it yet (GIL held).
+bool reacquiring() noexcept
+{
+  unsigned long const gone = departures.load();
+  return arrivals.load() != gone;
+}
 /// Calls from C++ into Python in progress (gil_acquire scopes that took or hold the GIL).
 std::atomic<int> python_calls{0};
 
@@ -41,13 +64,13 @@ bool locked_out() noexcept
 
 void restore_gil(PyThreadState* state) noexcept
 {
-  reacquiring.fetch_add(1);
+  arrivals.fetch_add(1);
   if (locked_out()) {
-    reacquiring.fetch_sub(1);
+    arrivals.fetch_sub(1);
     park();
   }
   PyEval_RestoreThread(state);
-  reacquiring.fetch_sub(1);
+  depart();
 }
 
 bool exiting() noexcept { return exit_begun.load() || finalizing(); }
@@ -62,7 +85,7 @@ void begin_exit() noexcept
   // once the interpreter finalizes is unwound through the C++ frames below it. Give them
   // the GIL until none is left (bounded: exit must not hang on a thread that never comes).
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-  while ((reacquiring.load() > 0 || python_calls.load() > 0) &&
+  while ((reacquiring() || python_calls.load() > 0) &&
          std::chrono::steady_clock::now() < deadline) {
     Py_BEGIN_ALLOW_THREADS std::this_thread::sleep_for(std::chrono::milliseconds{1});
     Py_END_ALLOW_THREADS
@@ -77,14 +100,14 @@ gil_acquire::gil_acquire() noexcept
     ok_ = true;
     return;
   }
-  reacquiring.fetch_add(1);
+  arrivals.fetch_add(1);
   if (locked_out() || finalizing() || !nb::is_alive()) {
-    reacquiring.fetch_sub(1);
+    arrivals.fetch_sub(1);
     return;
   }
   python_calls.fetch_add(1);
   state_ = PyGILState_Ensure();
-  reacquiring.fetch_sub(1);
+  depart();
   ok_    = true;
   taken_ = true;
 }

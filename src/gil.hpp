@@ -14,6 +14,7 @@
 
 #include "common.hpp"
 
+#include <atomic>
 #include <exception>
 
 namespace nbrmm {
@@ -57,9 +58,22 @@ class gil_acquire {
   bool taken_{false};
 };
 
+namespace detail {
+/// Threads holding a MemoryError for translation (errors.cpp): while it is 0, no thread
+/// does, and forget_python_memory_error() need not look at this thread's record. A thread
+/// sees its own in the count, whatever other threads do.
+extern std::atomic<int> memory_errors_held;
+void forget_python_memory_error_slow() noexcept;
+}  // namespace detail
+
 /// Forgets the MemoryError that a callback of this call left for the translation of
 /// librmm's out-of-memory error (errors.hpp; called with the GIL once a call succeeded).
-void forget_python_memory_error() noexcept;
+inline void forget_python_memory_error() noexcept
+{
+  if (detail::memory_errors_held.load(std::memory_order_relaxed) != 0) {
+    detail::forget_python_memory_error_slow();
+  }
+}
 
 namespace deferred_frees {
 class entries;
@@ -80,7 +94,10 @@ class gil_release {
   {
     restore_gil(state_);
     if (taken_ != nullptr) { deferred_frees::recycle(taken_); }
-    if (std::uncaught_exceptions() == 0) { forget_python_memory_error(); }
+    if (detail::memory_errors_held.load(std::memory_order_relaxed) != 0 &&
+        std::uncaught_exceptions() == 0) {
+      detail::forget_python_memory_error_slow();
+    }
   }
 
  private:

@@ -32,10 +32,14 @@ bool running(void const* key) noexcept
 
 }  // namespace
 
+std::atomic<int> detail::callbacks_running{0};
+
 callback_scope::callback_scope(void const* key) noexcept
 {
   try {
     active_callbacks.push_back(key);
+    marked_ = true;
+    detail::callbacks_running.fetch_add(1, std::memory_order_relaxed);
   } catch (...) {
     // Without memory the callback runs unmarked; re-entry is then not detected.
   }
@@ -43,10 +47,12 @@ callback_scope::callback_scope(void const* key) noexcept
 
 callback_scope::~callback_scope()
 {
-  if (!active_callbacks.empty()) { active_callbacks.pop_back(); }
+  if (!marked_) { return; }
+  detail::callbacks_running.fetch_sub(1, std::memory_order_relaxed);
+  active_callbacks.pop_back();
 }
 
-bool inside_callback() noexcept { return !active_callbacks.empty(); }
+bool detail::inside_callback_slow() noexcept { return !active_callbacks.empty(); }
 
 // ------------------------------------------------------------------------------------
 // python_resource
@@ -369,7 +375,7 @@ bool reaches_running_callback(nb::handle mr)
 
 }  // namespace
 
-void check_reentry(nb::handle mr, char const* what)
+void detail::check_reentry_slow(nb::handle mr, char const* what)
 {
   if (!inside_callback() || !reaches_running_callback(mr)) { return; }
   throw nb::builtin_exception(
@@ -381,7 +387,7 @@ void check_reentry(nb::handle mr, char const* what)
       .c_str());
 }
 
-bool would_reenter(nb::handle mr) noexcept
+bool detail::would_reenter_slow(nb::handle mr) noexcept
 {
   if (!inside_callback()) { return false; }
   try {
@@ -508,35 +514,12 @@ void set_resource_type(PyTypeObject* type) noexcept { resource_type = type; }
 // Blocks
 // ------------------------------------------------------------------------------------
 
-block allocate_block(device_resource& res, cuda::stream_ref stream, std::size_t bytes,
-                     std::size_t alignment)
+void detail::refuse_block(device_resource& res, cuda::stream_ref stream, block const& b)
 {
-  block b;
-  if (bytes == 0) { return b; }
-  if (alignment <= default_alignment) {
-    b.raw_alignment = alignment;
-    b.raw_bytes     = bytes;
-  } else {
-    b.raw_alignment = default_alignment;
-    b.raw_bytes     = bytes + (alignment - default_alignment);
-  }
-  b.raw = res.allocate(stream, b.raw_bytes, b.raw_alignment);
-  auto const raw = reinterpret_cast<std::uintptr_t>(b.raw);
-  if (b.raw == nullptr || raw % b.raw_alignment != 0) {
-    if (b.raw != nullptr) { res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment); }
-    throw rmm::bad_alloc{"the resource returned " +
-                         std::string{b.raw == nullptr ? "a null pointer" : "a misaligned pointer"} +
-                         " for " + std::to_string(b.raw_bytes) + " bytes"};
-  }
-  b.data = reinterpret_cast<void*>(rmm::align_up(raw, alignment));
-  return b;
-}
-
-void free_block(device_resource& res, cuda::stream_ref stream, block const& b, int device) noexcept
-{
-  if (b.raw == nullptr) { return; }
-  device_scope const on_device{device};
-  res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment);
+  if (b.raw != nullptr) { res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment); }
+  throw rmm::bad_alloc{"the resource returned " +
+                       std::string{b.raw == nullptr ? "a null pointer" : "a misaligned pointer"} +
+                       " for " + std::to_string(b.raw_bytes) + " bytes"};
 }
 
 }  // namespace nbrmm

@@ -23,6 +23,8 @@
 #include "py_owned.hpp"
 #include "resource_base.hpp"
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,10 +46,26 @@ class callback_scope {
   callback_scope(callback_scope const&)            = delete;
   callback_scope& operator=(callback_scope const&) = delete;
   ~callback_scope();
+
+ private:
+  bool marked_{false};  ///< the key was recorded (and is removed again)
 };
 
+namespace detail {
+/// Callback scopes marked on any thread: while it is 0, no thread runs a callback, so the
+/// hot paths (every allocation and free) skip the per-thread record. A thread sees its own
+/// scopes in the count, whatever other threads do.
+extern std::atomic<int> callbacks_running;
+/// Whether this thread's record lists a callback (the per-thread part of inside_callback).
+bool inside_callback_slow() noexcept;
+}  // namespace detail
+
 /// Whether this thread is running a Python callback of a resource.
-bool inside_callback() noexcept;
+inline bool inside_callback() noexcept
+{
+  return detail::callbacks_running.load(std::memory_order_relaxed) != 0 &&
+         detail::inside_callback_slow();
+}
 
 /// A resource that calls Python: `allocate(nbytes, stream) -> int` and
 /// `deallocate(ptr, nbytes, stream)`. Every C++ copy shares (and owns) the callables.
@@ -227,14 +245,25 @@ bool is_resource(nb::handle obj) noexcept;
 /// librmm's per-device map at call time. Returns the Python object (to keep alive).
 nb::object resource_or_current(nb::handle mr, char const* param);
 
+namespace detail {
+void check_reentry_slow(nb::handle mr, char const* what);
+bool would_reenter_slow(nb::handle mr) noexcept;
+}  // namespace detail
+
 /// Raises RuntimeError when this thread runs a Python callback of a resource that the
 /// resource object `mr` depends on (so using `mr` here would call back into it, which may
 /// deadlock); `what` names the call.
-void check_reentry(nb::handle mr, char const* what);
+inline void check_reentry(nb::handle mr, char const* what)
+{
+  if (inside_callback()) { detail::check_reentry_slow(mr, what); }
+}
 
 /// Whether a free to `mr` now would call back into a resource whose Python callback this
 /// thread runs (the free must then wait).
-bool would_reenter(nb::handle mr) noexcept;
+inline bool would_reenter(nb::handle mr) noexcept
+{
+  return inside_callback() && detail::would_reenter_slow(mr);
+}
 
 /// Lets go of the resource objects that outstanding DeviceMemoryResource.allocate
 /// allocations keep alive (at interpreter exit; the allocations stay recorded).
@@ -318,14 +347,44 @@ struct block {
   std::size_t raw_alignment{default_alignment};  ///< the alignment asked of the resource
 };
 
+namespace detail {
+/// Gives back a block the resource returned null or misaligned, and throws bad_alloc.
+[[noreturn]] void refuse_block(device_resource& res, cuda::stream_ref stream, block const& b);
+}  // namespace detail
+
 /// Allocates `bytes` bytes aligned to `alignment` (a power of two, checked with
-/// check_request) from `res`, ordered on `stream`. Call without the GIL.
-block allocate_block(device_resource& res, cuda::stream_ref stream, std::size_t bytes,
-                     std::size_t alignment);
+/// check_request) from `res`, ordered on `stream`. Call without the GIL. (Inline: it is on
+/// the path of every allocation.)
+inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::size_t bytes,
+                            std::size_t alignment)
+{
+  block b;
+  if (bytes == 0) { return b; }
+  if (alignment <= default_alignment) {
+    b.raw_alignment = alignment;
+    b.raw_bytes     = bytes;
+  } else {
+    b.raw_alignment = default_alignment;
+    b.raw_bytes     = bytes + (alignment - default_alignment);
+  }
+  b.raw          = res.allocate(stream, b.raw_bytes, b.raw_alignment);
+  auto const raw = reinterpret_cast<std::uintptr_t>(b.raw);
+  if (b.raw == nullptr || raw % b.raw_alignment != 0) [[unlikely]] {
+    detail::refuse_block(res, stream, b);
+  }
+  b.data = reinterpret_cast<void*>((raw + (alignment - 1)) & ~(std::uintptr_t{alignment} - 1));
+  return b;
+}
 
 /// Frees `b` to `res`, ordered on `stream`, with `device` (the device the memory lives on,
 /// -1 if unknown) current when the process sees several devices. Call without the GIL.
-void free_block(device_resource& res, cuda::stream_ref stream, block const& b, int device) noexcept;
+inline void free_block(device_resource& res, cuda::stream_ref stream, block const& b,
+                       int device) noexcept
+{
+  if (b.raw == nullptr) { return; }
+  device_scope const on_device{device};
+  res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment);
+}
 
 /// The resource a block was allocated from, kept alive by whoever will free the block: a
 /// share of a resource object's shared copy (DeviceMemoryResource::shared), a copy of its
