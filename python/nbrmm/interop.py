@@ -774,11 +774,11 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
                 "this resource lends one cuda.core Buffer and cannot allocate more (the "
                 "Buffer has no memory_resource)"
             )
-        cc_stream = _cc_stream_for_nbrmm(stream, self.device)
         if self._exited:
             raise RuntimeError(
                 "the interpreter is shutting down: nbrmm no longer allocates from cuda.core"
             )
+        cc_stream = _cc_stream_for_nbrmm(stream, self.device)
         try:
             buf = self._upstream.allocate(nbytes, stream=cc_stream)
         except MemoryError:
@@ -869,8 +869,6 @@ class _LendingResource(CudaCoreMemoryResource):
     def deallocate(
         self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
     ) -> None:
-        if self._exited:
-            return  # the lent Buffer and the memory from its resource were let go at exit
         if self._lent is not None and not self._lent_pending and ptr == self._lent_ptr:
             self._lent = None  # cuda.core frees it when its last owner lets it go
             return
