@@ -10,8 +10,12 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def paired(monkeypatch_module):
+def paired(monkeypatch_module, request):
     monkeypatch_module.syspath_prepend(str(BENCHMARKS))  # for its `support` import
+    if not request.config.pluginmanager.hasplugin("benchmark"):
+        # Run without pytest-benchmark (-p no:benchmark, as under xdist): its marker, which
+        # the module applies, is unknown to --strict-markers then.
+        request.config.addinivalue_line("markers", "benchmark: pytest-benchmark's options")
     spec = importlib.util.spec_from_file_location("nbrmm_bench_paired", BENCHMARKS / "bench_paired.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
