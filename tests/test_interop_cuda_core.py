@@ -942,6 +942,8 @@ def test_exit_with_a_cuda_core_resource_of_the_main_module_behind_live_buffers()
         sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import cuda.core as cc, nbrmm, nbrmm.interop as interop
         from helpers import HostHeap
+        if nbrmm.get_device_count() > 0:
+            cc.Device(nbrmm.get_current_device()).set_current()
 
         class MainResource(cc.MemoryResource):
             heap = HostHeap()
@@ -949,7 +951,8 @@ def test_exit_with_a_cuda_core_resource_of_the_main_module_behind_live_buffers()
             is_managed, device_id = False, -1
 
             def allocate(self, size, *, stream):
-                return cc.Buffer.from_handle(self.heap.allocate(size, stream), size, mr=self)
+                ptr = self.heap.allocate(size, stream)
+                return cc.Buffer.from_handle(ptr, size, mr=self, stream=stream)
 
             def deallocate(self, ptr, size, *, stream):
                 self.heap.deallocate(ptr, size, stream)
@@ -958,7 +961,7 @@ def test_exit_with_a_cuda_core_resource_of_the_main_module_behind_live_buffers()
         kept = nbrmm.Buffer(100, mr=interop.from_cuda_core_memory_resource(res))
         pool = nbrmm.mr.PoolMemoryResource(interop.from_cuda_core_memory_resource(res), 1 << 16)
         pooled = nbrmm.Buffer(64, mr=pool)
-        res.lent = interop.from_cuda_core_buffer(res.allocate(32, stream=None))
+        res.lent = interop.from_cuda_core_buffer(res.allocate(32, stream=cc.LEGACY_DEFAULT_STREAM))
         print("ready")
         """
     )
