@@ -37,6 +37,7 @@ void bind_device_buffer(nb::module_& m);
 void bind_pointer_copies(nb::module_& m);
 void bind_cupy_allocator(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
+void bind_cuda_core_adapter(nb::module_& m);
 void bind_logger(nb::module_& m);
 void bind_deferred_frees(nb::module_& m);
 

@@ -55,14 +55,13 @@ std::string hex(std::uintptr_t p)
   return text;
 }
 
-std::uintptr_t raw_allocate(nb::handle self, nb::handle nbytes, nb::handle stream,
-                            nb::handle alignment_obj)
+}  // namespace
+
+std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignment,
+                            cuda::stream_ref s)
 {
-  auto& r                     = *nb::inst_ptr<DeviceMemoryResource>(self);
-  std::size_t const alignment = alignment_arg(alignment_obj);
-  std::size_t const n         = request_size(nbytes, "nbytes", alignment);
-  cuda::stream_ref const s    = stream_arg(stream, "stream");
-  device_resource& res        = r.get();
+  auto& r              = *nb::inst_ptr<DeviceMemoryResource>(self);
+  device_resource& res = r.get();
   check_reentry(self, "allocate");
   if (n == 0) { return 0; }
   block b;
@@ -91,13 +90,10 @@ std::uintptr_t raw_allocate(nb::handle self, nb::handle nbytes, nb::handle strea
   return key;
 }
 
-void raw_deallocate(nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::handle stream,
-                    nb::handle alignment_obj)
+void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::size_t alignment,
+                    cuda::stream_ref s)
 {
-  auto& r                     = *nb::inst_ptr<DeviceMemoryResource>(self);
-  std::size_t const alignment = alignment_arg(alignment_obj);
-  std::size_t const n         = parse_size(nbytes, "nbytes");
-  cuda::stream_ref const s    = stream_arg(stream, "stream");
+  auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
   if (ptr == 0 && n == 0) { return; }
   check_reentry(self, "deallocate");
   raw_allocation a{};
@@ -142,6 +138,8 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, nb::handle nbytes, nb::
   }
   Py_XDECREF(a.owner);
 }
+
+namespace {
 
 /// The number of outstanding raw allocations of `self` (for tests).
 std::size_t raw_outstanding(nb::handle self)
@@ -270,7 +268,9 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
     .def(
       "allocate",
       [](nb::handle self, nb::handle nbytes, nb::handle stream, nb::handle alignment) {
-        return raw_allocate(self, nbytes, stream, alignment);
+        std::size_t const a = alignment_arg(alignment);
+        std::size_t const n = request_size(nbytes, "nbytes", a);
+        return raw_allocate(self, n, a, stream_arg(stream, "stream"));
       },
       nb::arg("nbytes"), nb::arg("stream").none() = default_stream(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
@@ -304,7 +304,10 @@ RuntimeError
       "deallocate",
       [](nb::handle self, nb::handle ptr, nb::handle nbytes, nb::handle stream,
          nb::handle alignment) {
-        raw_deallocate(self, uint_arg(ptr, "ptr"), nbytes, stream, alignment);
+        std::uintptr_t const p = uint_arg(ptr, "ptr");
+        std::size_t const a    = alignment_arg(alignment);
+        std::size_t const n    = parse_size(nbytes, "nbytes");
+        raw_deallocate(self, p, n, a, stream_arg(stream, "stream"));
       },
       nb::arg("ptr").none(), nb::arg("nbytes"), nb::arg("stream").none() = default_stream(),
       nb::kw_only(),

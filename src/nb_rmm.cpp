@@ -36,6 +36,7 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_pointer_copies(m);
   nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
+  nbrmm::bind_cuda_core_adapter(m);
   nbrmm::bind_logger(m);
   nbrmm::bind_deferred_frees(m);  // diagnostics of the deferred-free queue
 }

@@ -129,6 +129,7 @@ void release_python_objects()
     }
   });
   release_raw_allocation_owners();
+  release_cuda_core_adapter();
   forget_python_memory_error();
 }
 

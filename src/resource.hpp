@@ -265,6 +265,22 @@ inline bool would_reenter(nb::handle mr) noexcept
   return inside_callback() && detail::would_reenter_slow(mr);
 }
 
+/// DeviceMemoryResource.allocate of the resource object `self`, its arguments checked
+/// (`bytes` passed check_request with `alignment`): allocates, records the allocation
+/// under its address (keeping `self` alive) and returns the address (0 for 0 bytes).
+std::uintptr_t raw_allocate(nb::handle self, std::size_t bytes, std::size_t alignment,
+                            cuda::stream_ref stream);
+
+/// DeviceMemoryResource.deallocate of `self`, its arguments parsed: frees a recorded
+/// allocation of `self` made with these `bytes` and `alignment`, or raises ValueError
+/// naming what does not match (nothing is freed then).
+void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t bytes,
+                    std::size_t alignment, cuda::stream_ref stream);
+
+/// Lets go of what nbrmm.interop registered for NbrmmMemoryResource's methods (at
+/// interpreter exit; cuda_core_adapter.cpp). Later calls allocate nothing, free nothing.
+void release_cuda_core_adapter() noexcept;
+
 /// Lets go of the resource objects that outstanding DeviceMemoryResource.allocate
 /// allocations keep alive (at interpreter exit; the allocations stay recorded).
 void release_raw_allocation_owners() noexcept;

@@ -10,6 +10,7 @@ leave cuda.bindings' loader lock taken, and the next attempt would hang. The GPU
 import copy
 import ctypes
 import doctest
+import enum
 import gc
 import inspect
 import pathlib
@@ -379,6 +380,54 @@ def test_deallocate_rejects_bad_arguments_naming_them():
         adapter.deallocate(ptr, -1, stream=LEGACY)
     assert heap.live == {ptr: 16}  # nothing was freed by the bad calls
     adapter.deallocate(ptr, 16, stream=LEGACY)
+    assert heap.live == {}
+
+
+def test_the_c_path_serves_nbrmm_resources_and_frees_each_allocation_once():
+    # allocate/deallocate run in C++ for a cuda.core Stream, int arguments and a resource
+    # whose allocate/deallocate are nbrmm's own: each allocation is recorded with the
+    # resource, as its own allocate() records it, and goes back exactly once.
+    heap, adapter = host_adapter()
+    mr = adapter.upstream_mr
+    assert adapter._core is mr
+    assert type(interop.NbrmmMemoryResource.__dict__["allocate"]).__name__ == "nb_method"
+    bufs = [adapter.allocate(n, stream=LEGACY) for n in (1, 256, 4096)]
+    assert nbrmm._nbrmm._raw_outstanding(mr) == 3
+    assert sorted(heap.live.values()) == [1, 256, 4096]
+    assert all(b.memory_resource is adapter for b in bufs)
+    ptr, size = int(bufs[1].handle), bufs[1].size
+    with pytest.raises(ValueError, match="nbytes"):  # the size it was allocated with
+        adapter.deallocate(ptr, size + 1, stream=LEGACY)
+    for b in bufs:
+        b.close()
+    assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
+    with pytest.raises(ValueError, match="not an outstanding allocation"):  # twice
+        adapter.deallocate(ptr, size, stream=LEGACY)
+    with pytest.raises(ValueError, match="not an outstanding allocation"):  # never
+        adapter.deallocate(0x1000, 16, stream=LEGACY)
+    # Memory from the resource's own allocate() goes back through the adapter too.
+    own = mr.allocate(64)
+    adapter.deallocate(own, 64, stream=LEGACY)
+    assert heap.live == {}
+
+
+def test_resources_written_in_python_and_unusual_arguments_take_the_general_path():
+    rec = Recorder()
+    _, adapter = host_adapter(mr=rec)
+    assert adapter._core is None  # rec.allocate is Python's: called as such
+    adapter.allocate(8, stream=LEGACY).close()
+    assert [call for call, _ in rec.log] == ["allocate", "deallocate"]
+    heap, adapter = host_adapter()
+    # An int subclass as size, a 2**63 size, and an nbrmm stream each go the general way.
+    adapter.allocate(enum.IntEnum("Size", {"N": 24}).N, stream=nbrmm.DEFAULT_STREAM).close()
+    with pytest.raises(MemoryError):
+        adapter.allocate(1 << 63, stream=LEGACY)
+    with pytest.raises(ValueError, match="size"):
+        adapter.allocate(1 << 64, stream=LEGACY)
+    assert heap.live == {}
+    # Called on something else than an adapter, the method allocates nothing.
+    with pytest.raises(AttributeError):
+        interop.NbrmmMemoryResource.allocate(object(), 8, stream=LEGACY)
     assert heap.live == {}
 
 

@@ -45,6 +45,7 @@ except ImportError as exc:
     ) from exc
 
 import nbrmm as _nbrmm
+from nbrmm import _nbrmm as _ext
 from nbrmm import mr as _mr
 
 if TYPE_CHECKING:
@@ -315,6 +316,7 @@ def _leak_after_exit(*args: object) -> None:
 def _detach(adapter: NbrmmMemoryResource) -> None:
     """Drops the adapter's references to nbrmm: it allocates no more, and frees nothing."""
     for name, value in (
+        ("_core", None),
         ("_allocate", _refuse_after_exit),
         ("_deallocate", _leak_after_exit),
         ("upstream_mr", None),
@@ -382,6 +384,7 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         "is_device_accessible",
         "is_host_accessible",
         "is_managed",
+        "_core",
         "_allocate",
         "_deallocate",
         "__weakref__",
@@ -391,6 +394,9 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
     is_device_accessible: bool
     is_host_accessible: bool
     is_managed: bool
+    #: ``upstream_mr`` where its allocate and deallocate are nbrmm's own, which the
+    #: methods then call from C++ (src/cuda_core_adapter.cpp); else None.
+    _core: _mr.DeviceMemoryResource | None
     _allocate: Callable[[int, _nbrmm.Stream], int]
     _deallocate: Callable[[int, int, _nbrmm.Stream], None]
 
@@ -439,6 +445,9 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
             ("device_id", "is_device_accessible", "is_host_accessible", "is_managed"), values
         ):
             init(name, value)
+        base = _mr.DeviceMemoryResource
+        own = type(mr).allocate is base.allocate and type(mr).deallocate is base.deallocate
+        init("_core", mr if own else None)
         init("_allocate", mr.allocate)
         init("_deallocate", mr.deallocate)
         _adapters.add(self)
@@ -453,31 +462,20 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} attributes are read-only ({name})")
 
-    def allocate(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
-        """Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
+    if TYPE_CHECKING:  # documented where they are written: src/cuda_core_adapter.cpp
 
-        Parameters
-        ----------
-        size : int
-            Bytes to allocate.
-        stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
-            The stream the allocation is ordered on; the buffer's deallocation is ordered
-            on it too unless ``Buffer.close`` is given another.
+        def allocate(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer: ...
 
-        Returns
-        -------
-        cuda.core.Buffer
-            The memory; its ``memory_resource`` is this object.
+        def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None: ...
 
-        Raises
-        ------
-        TypeError, ValueError
-            If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
-            (nothing is allocated then).
-        MemoryError
-            If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of
-            memory).
-        """
+    else:
+        # Both run in C++ for a cuda.core Stream, int arguments and a resource whose
+        # allocate/deallocate are nbrmm's own; else in the general methods below.
+        allocate = _ext._cuda_core_allocate
+        deallocate = _ext._cuda_core_deallocate
+
+    def _allocate_general(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
+        """:meth:`allocate` for any arguments and resource (and every error)."""
         if type(size) is not int:
             size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
         if stream is _LEGACY:
@@ -498,20 +496,8 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         # after that, dropping the Buffer frees it through deallocate.
         return _from_handle(ptr, size, self, stream=stream)
 
-    def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
-        """Give memory back to the nbrmm resource, ordered on ``stream``.
-
-        cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
-
-        Parameters
-        ----------
-        ptr : int
-            The buffer's pointer.
-        size : int
-            The buffer's size.
-        stream : cuda.core.Stream or stream-like object
-            The stream the deallocation is ordered on.
-        """
+    def _deallocate_general(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
+        """:meth:`deallocate` for any arguments and resource (and every error)."""
         # cuda.core passes a new Stream object for the stream it recorded: look up its
         # handle (the default streams' are there from the start).
         try:
@@ -537,6 +523,9 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         return (
             f"<{type(self).__name__} over {self.upstream_mr!r} device_id={self.device_id}>"
         )
+
+
+_ext._cuda_core_adapter_setup(NbrmmMemoryResource, _CCStream, _from_handle)
 
 
 def to_cuda_core_memory_resource(

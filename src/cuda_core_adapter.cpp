@@ -1,0 +1,244 @@
+// The calls cuda.core makes into nbrmm.interop.NbrmmMemoryResource (a cuda.core
+// MemoryResource over an nbrmm resource): `allocate(size, *, stream)` and
+// `deallocate(ptr, size, *, stream)`, as methods written here.
+//
+// The common case runs without a Python frame: a cuda.core Stream, an int size (and
+// pointer), and an nbrmm resource whose allocate/deallocate are DeviceMemoryResource's own
+// (every librmm resource and adaptor). The allocation is a raw allocation of that resource
+// (memory_resource.cpp: recorded, so that deallocate frees only what it allocated, once);
+// the Buffer is made by cuda.core's `Buffer.from_handle`. Anything else (another stream
+// object, a NumPy integer, a resource written in Python, an adapter detached at exit)
+// takes the adapter's general path, `_allocate_general` / `_deallocate_general` in
+// Python, which also words every error.
+#include "args.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+#include "resource.hpp"
+
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <utility>
+
+namespace nbrmm {
+namespace {
+
+/// What nbrmm.interop registers at import (_cuda_core_adapter_setup); strong references,
+/// released at interpreter exit (release_cuda_core_adapter).
+struct adapter_types {
+  PyObject* adapter{};      ///< nbrmm.interop.NbrmmMemoryResource
+  PyObject* stream{};       ///< cuda.core.Stream
+  PyObject* from_handle{};  ///< cuda.core.Buffer.from_handle
+  PyObject* core_name{};    ///< "_core": the adapter's slot holding the nbrmm resource
+  PyObject* cuda_stream_name{};  ///< "__cuda_stream__"
+  PyObject* stream_kwnames{};    ///< ("stream",)
+  PyObject* allocate_general{};    ///< "_allocate_general"
+  PyObject* deallocate_general{};  ///< "_deallocate_general"
+};
+
+adapter_types* types = nullptr;
+
+/// The nbrmm resource of `self` when the fast path applies (a new reference), else null
+/// (no Python error set).
+PyObject* fast_resource(PyObject* self)
+{
+  if (types == nullptr ||
+      PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject*>(types->adapter)) == 0) {
+    return nullptr;
+  }
+  PyObject* core = PyObject_GetAttr(self, types->core_name);
+  if (core == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
+    Py_DECREF(core);
+    return nullptr;
+  }
+  return core;
+}
+
+/// The handle of a cuda.core Stream (`__cuda_stream__()[1]`), or false where it has none
+/// this path takes (no Python error set then, unless the call itself raised: then throws).
+bool stream_handle(PyObject* stream, std::uintptr_t& handle)
+{
+  if (Py_TYPE(stream) != reinterpret_cast<PyTypeObject*>(types->stream)) { return false; }
+  PyObject* args[] = {stream};
+  nb::object value = nb::steal(PyObject_VectorcallMethod(
+    types->cuda_stream_name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  if (!value.is_valid()) { throw nb::python_error(); }
+  if (!PyTuple_CheckExact(value.ptr()) || PyTuple_GET_SIZE(value.ptr()) != 2) { return false; }
+  PyObject* h = PyTuple_GET_ITEM(value.ptr(), 1);
+  if (!PyLong_CheckExact(h)) { return false; }
+  unsigned long long const v = PyLong_AsUnsignedLongLong(h);
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  handle = static_cast<std::uintptr_t>(v);
+  return true;
+}
+
+/// A non-negative exact int below 2**63, or false.
+bool small_uint(PyObject* obj, std::size_t& out)
+{
+  if (!PyLong_CheckExact(obj)) { return false; }
+  int overflow      = 0;
+  long long const v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (overflow != 0 || v < 0) { return false; }  // (v == -1 with an error is v < 0)
+  out = static_cast<std::size_t>(v);
+  return true;
+}
+
+/// `type(self).<name>(self, *args, stream=stream)`: the adapter's general path.
+nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObject*> args,
+                   PyObject* stream)
+{
+  if (types == nullptr) {  // after exit (release_cuda_core_adapter)
+    throw std::runtime_error(
+      "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
+  }
+  nb::object method = nb::steal(PyObject_GetAttr(types->adapter, name));
+  if (!method.is_valid()) { throw nb::python_error(); }
+  PyObject* argv[4] = {self};
+  std::size_t n     = 1;
+  for (PyObject* a : args) { argv[n++] = a; }
+  argv[n] = stream;
+  nb::object result =
+    nb::steal(PyObject_Vectorcall(method.ptr(), argv, n, types->stream_kwnames));
+  if (!result.is_valid()) { throw nb::python_error(); }
+  return result;
+}
+
+nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle stream)
+{
+  std::size_t bytes = 0;
+  std::uintptr_t handle = 0;
+  nb::object mr = nb::steal(fast_resource(self.ptr()));
+  if (!mr.is_valid() || !small_uint(size.ptr(), bytes) ||
+      !stream_handle(stream.ptr(), handle)) {
+    return general(self.ptr(), types != nullptr ? types->allocate_general : nullptr,
+                   {size.ptr()}, stream.ptr());
+  }
+  check_request(bytes, default_alignment, "size");
+  std::uintptr_t const ptr = raw_allocate(
+    mr, bytes, default_alignment, cuda::stream_ref{reinterpret_cast<cudaStream_t>(handle)});
+  // From here the memory is the Buffer's: should making it fail after cuda.core took the
+  // pointer, dropping the Buffer frees it through deallocate (as for any cuda.core
+  // resource). It is not freed here, where another thread may have the address by now.
+  nb::object address = nb::steal(PyLong_FromSize_t(ptr));
+  if (!address.is_valid()) { throw nb::python_error(); }
+  PyObject* argv[] = {address.ptr(), size.ptr(), self.ptr(), stream.ptr()};
+  nb::object buffer =
+    nb::steal(PyObject_Vectorcall(types->from_handle, argv, 3, types->stream_kwnames));
+  if (!buffer.is_valid()) { throw nb::python_error(); }
+  return buffer;
+}
+
+void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::handle stream)
+{
+  std::size_t address = 0, bytes = 0;
+  std::uintptr_t handle = 0;
+  if (types == nullptr) { return; }  // after exit: cuda.core frees nothing then either
+  nb::object mr = nb::steal(fast_resource(self.ptr()));
+  if (!mr.is_valid() || !small_uint(ptr.ptr(), address) || !small_uint(size.ptr(), bytes) ||
+      !stream_handle(stream.ptr(), handle)) {
+    general(self.ptr(), types->deallocate_general, {ptr.ptr(), size.ptr()}, stream.ptr());
+    return;
+  }
+  raw_deallocate(mr, address, bytes, default_alignment,
+                 cuda::stream_ref{reinterpret_cast<cudaStream_t>(handle)});
+}
+
+}  // namespace
+
+void release_cuda_core_adapter() noexcept
+{
+  adapter_types* t = std::exchange(types, nullptr);
+  if (t == nullptr) { return; }
+  for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->cuda_stream_name,
+                      t->stream_kwnames, t->allocate_general, t->deallocate_general}) {
+    Py_XDECREF(o);
+  }
+  delete t;
+}
+
+void bind_cuda_core_adapter(nb::module_& m)
+{
+  m.def(
+    "_cuda_core_adapter_setup",
+    [](nb::handle adapter, nb::handle stream, nb::handle from_handle) {
+      if (!PyType_Check(adapter.ptr()) || !PyType_Check(stream.ptr()) ||
+          !PyCallable_Check(from_handle.ptr())) {
+        throw nb::type_error("expected (the adapter class, cuda.core's Stream, Buffer.from_handle)");
+      }
+      auto* t             = new adapter_types{};
+      t->adapter          = nb::borrow(adapter).release().ptr();
+      t->stream           = nb::borrow(stream).release().ptr();
+      t->from_handle      = nb::borrow(from_handle).release().ptr();
+      t->core_name        = PyUnicode_InternFromString("_core");
+      t->cuda_stream_name = PyUnicode_InternFromString("__cuda_stream__");
+      t->stream_kwnames   = Py_BuildValue("(s)", "stream");
+      t->allocate_general   = PyUnicode_InternFromString("_allocate_general");
+      t->deallocate_general = PyUnicode_InternFromString("_deallocate_general");
+      release_cuda_core_adapter();
+      types = t;
+      if (t->core_name == nullptr || t->cuda_stream_name == nullptr ||
+          t->stream_kwnames == nullptr || t->allocate_general == nullptr ||
+          t->deallocate_general == nullptr) {
+        release_cuda_core_adapter();
+        throw nb::python_error();
+      }
+    },
+    nb::arg("adapter"), nb::arg("stream"), nb::arg("from_handle"),
+    nb::sig("def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: "
+            "collections.abc.Callable[..., typing.Any]) -> None"),
+    "Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods "
+    "use (done by nbrmm.interop at import).");
+
+  m.def("_cuda_core_allocate", &cuda_core_allocate, nb::is_method(), nb::arg("size").none(),
+        nb::kw_only(), nb::arg("stream").none(),
+        // cuda.core has no type information: its Buffer is Any to type checkers.
+        nb::sig("def _cuda_core_allocate(self: nbrmm.interop.NbrmmMemoryResource, size: int, *, "
+                "stream: nbrmm._typing.CudaStreamLike) -> typing.Any"),
+        R"doc(Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
+
+Parameters
+----------
+size : int
+    Bytes to allocate.
+stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
+    The stream the allocation is ordered on; the buffer's deallocation is ordered on it
+    too unless ``Buffer.close`` is given another.
+
+Returns
+-------
+cuda.core.Buffer
+    The memory; its ``memory_resource`` is this object.
+
+Raises
+------
+TypeError, ValueError
+    If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
+    (nothing is allocated then).
+MemoryError
+    If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).)doc");
+  m.def("_cuda_core_deallocate", &cuda_core_deallocate, nb::is_method(),
+        nb::arg("ptr").none(), nb::arg("size").none(), nb::kw_only(), nb::arg("stream").none(),
+        nb::sig("def _cuda_core_deallocate(self: nbrmm.interop.NbrmmMemoryResource, ptr: int, "
+                "size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None"),
+        R"doc(Give memory back to the nbrmm resource, ordered on ``stream``.
+
+cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
+
+Parameters
+----------
+ptr : int
+    The buffer's pointer.
+size : int
+    The buffer's size.
+stream : cuda.core.Stream or stream-like object
+    The stream the deallocation is ordered on.)doc");
+}
+
+}  // namespace nbrmm
