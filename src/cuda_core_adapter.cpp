@@ -38,6 +38,9 @@ struct adapter_types {
 
 adapter_types* types = nullptr;
 
+/// The class the methods are bound to (_CudaCoreAdapterMethods; never instantiated).
+struct adapter_methods {};
+
 /// The nbrmm resource of `self` when the fast path applies (a new reference), else null
 /// (no Python error set).
 PyObject* fast_resource(PyObject* self)
@@ -196,10 +199,15 @@ void bind_cuda_core_adapter(nb::module_& m)
     "Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods "
     "use (done by nbrmm.interop at import).");
 
-  m.def("_cuda_core_allocate", &cuda_core_allocate, nb::is_method(), nb::arg("size").none(),
+  // Bound as methods of a class of their own, under the names NbrmmMemoryResource gives
+  // them (documentation tools read the signature line of a docstring as the method's).
+  auto methods = nb::class_<adapter_methods>(
+    m, "_CudaCoreAdapterMethods",
+    "The methods of nbrmm.interop.NbrmmMemoryResource (taken from here by that class).");
+  methods.def("allocate", &cuda_core_allocate, nb::arg("size").none(),
         nb::kw_only(), nb::arg("stream").none(),
         // cuda.core has no type information: its Buffer is Any to type checkers.
-        nb::sig("def _cuda_core_allocate(self: nbrmm.interop.NbrmmMemoryResource, size: int, *, "
+        nb::sig("def allocate(self, size: int, *, "
                 "stream: nbrmm._typing.CudaStreamLike) -> typing.Any"),
         R"doc(Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
 
@@ -223,9 +231,9 @@ TypeError, ValueError
     (nothing is allocated then).
 MemoryError
     If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).)doc");
-  m.def("_cuda_core_deallocate", &cuda_core_deallocate, nb::is_method(),
+  methods.def("deallocate", &cuda_core_deallocate,
         nb::arg("ptr").none(), nb::arg("size").none(), nb::kw_only(), nb::arg("stream").none(),
-        nb::sig("def _cuda_core_deallocate(self: nbrmm.interop.NbrmmMemoryResource, ptr: int, "
+        nb::sig("def deallocate(self, ptr: int, "
                 "size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None"),
         R"doc(Give memory back to the nbrmm resource, ordered on ``stream``.
 

@@ -10,7 +10,6 @@ import numpy.typing
 from typing_extensions import Buffer as _Buffer, CapsuleType
 
 import nbrmm._typing
-import nbrmm.interop
 import nbrmm.statistics
 
 
@@ -1410,47 +1409,52 @@ def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: Callable[
     Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods use (done by nbrmm.interop at import).
     """
 
-def _cuda_core_allocate(self: nbrmm.interop.NbrmmMemoryResource, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> Any:
+class _CudaCoreAdapterMethods:
     """
-    Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
-
-    Parameters
-    ----------
-    size : int
-        Bytes to allocate.
-    stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
-        The stream the allocation is ordered on; the buffer's deallocation is ordered on it
-        too unless ``Buffer.close`` is given another.
-
-    Returns
-    -------
-    cuda.core.Buffer
-        The memory; its ``memory_resource`` is this object.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
-        (nothing is allocated then).
-    MemoryError
-        If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).
+    The methods of nbrmm.interop.NbrmmMemoryResource (taken from here by that class).
     """
 
-def _cuda_core_deallocate(self: nbrmm.interop.NbrmmMemoryResource, ptr: int, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None:
-    """
-    Give memory back to the nbrmm resource, ordered on ``stream``.
+    def allocate(self, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> Any:
+        """
+        Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
 
-    cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
+        Parameters
+        ----------
+        size : int
+            Bytes to allocate.
+        stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
+            The stream the allocation is ordered on; the buffer's deallocation is ordered on it
+            too unless ``Buffer.close`` is given another.
 
-    Parameters
-    ----------
-    ptr : int
-        The buffer's pointer.
-    size : int
-        The buffer's size.
-    stream : cuda.core.Stream or stream-like object
-        The stream the deallocation is ordered on.
-    """
+        Returns
+        -------
+        cuda.core.Buffer
+            The memory; its ``memory_resource`` is this object.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
+            (nothing is allocated then).
+        MemoryError
+            If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).
+        """
+
+    def deallocate(self, ptr: int, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None:
+        """
+        Give memory back to the nbrmm resource, ordered on ``stream``.
+
+        cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
+
+        Parameters
+        ----------
+        ptr : int
+            The buffer's pointer.
+        size : int
+            The buffer's size.
+        stream : cuda.core.Stream or stream-like object
+            The stream the deallocation is ordered on.
+        """
 
 class level_enum(enum.IntEnum):
     """

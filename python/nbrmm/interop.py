@@ -471,8 +471,8 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
     else:
         # Both run in C++ for a cuda.core Stream, int arguments and a resource whose
         # allocate/deallocate are nbrmm's own; else in the general methods below.
-        allocate = _ext._cuda_core_allocate
-        deallocate = _ext._cuda_core_deallocate
+        allocate = _ext._CudaCoreAdapterMethods.allocate
+        deallocate = _ext._CudaCoreAdapterMethods.deallocate
 
     def _allocate_general(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
         """:meth:`allocate` for any arguments and resource (and every error)."""
