@@ -42,11 +42,10 @@ adapter_types* types = nullptr;
 struct adapter_methods {};
 
 /// The nbrmm resource of `self` when the fast path applies (a new reference), else null
-/// (no Python error set).
+/// (no Python error set). `types` is set.
 PyObject* fast_resource(PyObject* self)
 {
-  if (types == nullptr ||
-      PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject*>(types->adapter)) == 0) {
+  if (PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject*>(types->adapter)) == 0) {
     return nullptr;
   }
   PyObject* core = PyObject_GetAttr(self, types->core_name);
@@ -93,14 +92,11 @@ bool small_uint(PyObject* obj, std::size_t& out)
   return true;
 }
 
-/// `type(self).<name>(self, *args, stream=stream)`: the adapter's general path.
+/// `type(self).<name>(self, *args, stream=stream)`: the adapter's general path. `types`
+/// is set.
 nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObject*> args,
                    PyObject* stream)
 {
-  if (types == nullptr) {  // after exit (release_cuda_core_adapter)
-    throw std::runtime_error(
-      "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
-  }
   nb::object method = nb::steal(PyObject_GetAttr(types->adapter, name));
   if (!method.is_valid()) { throw nb::python_error(); }
   PyObject* argv[4] = {self};
@@ -115,13 +111,16 @@ nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObjec
 
 nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle stream)
 {
+  if (types == nullptr) {  // after exit (release_cuda_core_adapter)
+    throw std::runtime_error(
+      "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
+  }
   std::size_t bytes = 0;
   std::uintptr_t handle = 0;
   nb::object mr = nb::steal(fast_resource(self.ptr()));
   if (!mr.is_valid() || !small_uint(size.ptr(), bytes) ||
       !stream_handle(stream.ptr(), handle)) {
-    return general(self.ptr(), types != nullptr ? types->allocate_general : nullptr,
-                   {size.ptr()}, stream.ptr());
+    return general(self.ptr(), types->allocate_general, {size.ptr()}, stream.ptr());
   }
   check_request(bytes, default_alignment, "size");
   std::uintptr_t const ptr = raw_allocate(
@@ -140,9 +139,9 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
 
 void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::handle stream)
 {
+  if (types == nullptr) { return; }  // after exit: cuda.core frees nothing then either
   std::size_t address = 0, bytes = 0;
   std::uintptr_t handle = 0;
-  if (types == nullptr) { return; }  // after exit: cuda.core frees nothing then either
   nb::object mr = nb::steal(fast_resource(self.ptr()));
   if (!mr.is_valid() || !small_uint(ptr.ptr(), address) || !small_uint(size.ptr(), bytes) ||
       !stream_handle(stream.ptr(), handle)) {
