@@ -15,7 +15,17 @@ namespace nbrmm {
 namespace {
 
 PyTypeObject* stream_type = nullptr;  // nbrmm.Stream, for the fast path of stream_arg
-PyObject* default_stream_obj = nullptr;  // nbrmm.DEFAULT_STREAM (borrowed: the module holds it)
+// nbrmm.DEFAULT_STREAM (borrowed: the module holds it), null once it is gone.
+PyObject* default_stream_obj = nullptr;
+// What the `stream` parameters of bound functions default to: a plain object standing for
+// DEFAULT_STREAM. Function defaults hold no Stream, so a class that outlives the
+// interpreter (kept by another library's static) keeps no nbrmm instance alive with it.
+PyObject* default_stream_arg_obj = nullptr;
+
+[[noreturn]] void default_stream_gone()
+{
+  throw std::runtime_error("the interpreter is shutting down: nbrmm.DEFAULT_STREAM is gone");
+}
 
 cudaStream_t handle_from_int(nb::handle value, char const* param)
 {
@@ -135,6 +145,7 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
   if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
     return nb::inst_ptr<Stream>(obj)->ref();
   }
+  if (obj.ptr() == default_stream_arg_obj) { return cuda::stream_ref{cudaStream_t{}}; }
   cudaStream_t handle{};
   if (obj.is_none() || !foreign_handle(obj, param, handle)) { not_a_stream(obj, param); }
   return cuda::stream_ref{handle};
@@ -143,6 +154,7 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 nb::object stream_object(nb::handle obj, char const* param)
 {
   if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) { return nb::borrow(obj); }
+  if (obj.ptr() == default_stream_arg_obj) { return nb::borrow(default_stream()); }
   if (obj.is_none()) { not_a_stream(obj, param); }
   return nb::cast(make_view(obj, param));
 }
@@ -154,7 +166,13 @@ nb::object stream_for_handle(cudaStream_t handle)
   return nb::cast(std::move(s));
 }
 
-nb::handle default_stream() { return default_stream_obj; }
+nb::handle default_stream()
+{
+  if (default_stream_obj == nullptr) { default_stream_gone(); }
+  return default_stream_obj;
+}
+
+nb::handle default_stream_arg() { return default_stream_arg_obj; }
 
 void bind_cuda_stream(nb::module_& m)
 {
@@ -267,7 +285,23 @@ nbrmm.CudaError
     m.attr(name)   = obj;
     return obj;
   };
+  // Borrowed from the module; a weak reference forgets it when the object goes (the
+  // module's namespace is cleared at interpreter exit), so that no C++ reference keeps a
+  // Stream past the interpreter.
   default_stream_obj = constant("DEFAULT_STREAM", nullptr).ptr();
+  static PyMethodDef forget_def = {
+    "_forget_default_stream",
+    [](PyObject*, PyObject*) -> PyObject* {
+      default_stream_obj = nullptr;
+      Py_RETURN_NONE;
+    },
+    METH_O, nullptr};
+  nb::object forget = nb::steal(PyCFunction_New(&forget_def, nullptr));
+  if (!forget.is_valid()) { throw nb::python_error(); }
+  // Kept for good (a weak reference, not a Stream): it must outlive DEFAULT_STREAM.
+  if (PyWeakref_NewRef(default_stream_obj, forget.ptr()) == nullptr) { throw nb::python_error(); }
+  default_stream_arg_obj = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
+  if (default_stream_arg_obj == nullptr) { throw nb::python_error(); }
   constant("LEGACY_DEFAULT_STREAM", cudaStreamLegacy);
   constant("PER_THREAD_DEFAULT_STREAM", cudaStreamPerThread);
 }

@@ -808,7 +808,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
          construct(self, parse_buffer_args(nbytes, "nbytes", mr, stream, alignment));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
-       nb::arg("stream").none() = default_stream(), nb::arg("alignment") = default_alignment,
+       nb::arg("stream").none() = default_stream_arg(), nb::arg("alignment") = default_alignment,
        nb::sig("def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = "
                "None, stream: nbrmm._typing.CudaStreamLike = ..., alignment: int = 256) -> None"))
     .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
@@ -847,7 +847,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
         mutate(self, stream, "reserve", &moves_to_reserve, n,
                [n](auto& b, auto s) { b.reserve(n, s); });
       },
-      nb::arg("new_capacity"), nb::arg("stream").none() = default_stream(),
+      nb::arg("new_capacity"), nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def reserve(self, new_capacity: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
 
@@ -862,7 +862,7 @@ BufferError
         mutate(self, stream, "resize", &moves_to_resize, n,
                [n](auto& b, auto s) { b.resize(n, s); });
       },
-      nb::arg("new_size"), nb::arg("stream").none() = default_stream(),
+      nb::arg("new_size"), nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def resize(self, new_size: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
 
@@ -876,7 +876,7 @@ BufferError
         mutate(self, stream, "shrink_to_fit", &moves_to_shrink, 0,
                [](auto& b, auto s) { b.shrink_to_fit(s); });
       },
-      nb::arg("stream").none() = default_stream(),
+      nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def shrink_to_fit(self, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Release unused capacity.
 
@@ -909,7 +909,7 @@ stream : Stream, optional
       nb::arg("memo"), nb::sig("def __deepcopy__(self, memo: dict[int, typing.Any]) -> typing.Self"),
       "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
-         nb::arg("stream").none() = default_stream(),
+         nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_to_host(self, ary: nbrmm._typing.HostBufferT | None = None, "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> nbrmm._typing.HostBufferT"),
          R"doc(Copy the contents to host memory.
@@ -926,28 +926,28 @@ Returns
 numpy.ndarray or the type of ``ary``
     ``ary`` when given, otherwise a new one-dimensional ``numpy.uint8`` array of ``size``
     elements.)doc")
-    .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream(),
+    .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_from_host(self, ary: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
     .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),
-         nb::arg("stream").none() = default_stream(),
+         nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_from_device(self, cuda_ary: nbrmm._typing.CudaArrayLike, "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
          "bytes into the buffer.")
-    .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream(),
+    .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def tobytes(self, stream: nbrmm._typing.CudaStreamLike = ...) -> bytes"),
          "The contents as ``bytes`` (always synchronizes).")
     .def(
-      "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream()); },
+      "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream_arg()); },
       "The contents as ``bytes`` (as :meth:`tobytes`).")
     .def_static(
       "to_device",
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::handle{reinterpret_cast<PyObject*>(buffer_type)}, b, stream, mr);
       },
-      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream_arg(), nb::arg("mr") = nb::none(),
       nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
               "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> Buffer"),
       "A new buffer holding a copy of the host buffer ``b`` (allocated from ``mr``, default: "
@@ -1074,7 +1074,7 @@ mr : DeviceMemoryResource, optional
                   reinterpret_cast<void const*>(src));
       },
       nb::kw_only(), nb::arg("ptr").none() = 0, nb::arg("size") = 0,
-      nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("stream").none() = default_stream_arg(), nb::arg("mr") = nb::none(),
       nb::sig("def __init__(self, *, ptr: int = 0, size: int | str = 0, "
               "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> None"))
     .def_static(
@@ -1082,7 +1082,7 @@ mr : DeviceMemoryResource, optional
       [](nb::handle b, nb::handle stream, nb::handle mr) {
         return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
       },
-      nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+      nb::arg("b").none(), nb::arg("stream").none() = default_stream_arg(), nb::arg("mr") = nb::none(),
       nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
               "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer"),
       "A new DeviceBuffer holding a copy of the host buffer ``b``.");
@@ -1092,7 +1092,7 @@ mr : DeviceMemoryResource, optional
     [](nb::handle b, nb::handle stream, nb::handle mr) {
       return to_device(nb::type<DeviceBuffer>(), b, stream, mr);
     },
-    nb::arg("b").none(), nb::arg("stream").none() = default_stream(), nb::arg("mr") = nb::none(),
+    nb::arg("b").none(), nb::arg("stream").none() = default_stream_arg(), nb::arg("mr") = nb::none(),
     nb::sig("def to_device(b: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
             "stream: nbrmm._typing.CudaStreamLike = ..., mr: DeviceMemoryResource | None = None) -> DeviceBuffer"),
     "A new DeviceBuffer holding a copy of the host buffer ``b`` (allocated from ``mr``, "

@@ -272,7 +272,7 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
         std::size_t const n = request_size(nbytes, "nbytes", a);
         return raw_allocate(self, n, a, stream_arg(stream, "stream"));
       },
-      nb::arg("nbytes"), nb::arg("stream").none() = default_stream(), nb::kw_only(),
+      nb::arg("nbytes"), nb::arg("stream").none() = default_stream_arg(), nb::kw_only(),
       nb::arg("alignment") = default_alignment,
       nb::sig("def allocate(self, nbytes: int, stream: Stream = ...) -> int"),
       R"doc(Allocate ``nbytes`` bytes, ordered on ``stream``.
@@ -309,7 +309,7 @@ RuntimeError
         std::size_t const n    = parse_size(nbytes, "nbytes");
         raw_deallocate(self, p, n, a, stream_arg(stream, "stream"));
       },
-      nb::arg("ptr").none(), nb::arg("nbytes"), nb::arg("stream").none() = default_stream(),
+      nb::arg("ptr").none(), nb::arg("nbytes"), nb::arg("stream").none() = default_stream_arg(),
       nb::kw_only(),
       nb::arg("alignment") = default_alignment,
       nb::sig("def deallocate(self, ptr: int, nbytes: int, stream: Stream = ...) -> None"),

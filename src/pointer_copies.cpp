@@ -96,7 +96,7 @@ void bind_pointer_copies(nb::module_& m)
       host_view const view{hb, true, "hb"};
       copy_bytes(view.data(), cuda_range(src, view.size(), "db"), view.size(), s);
     },
-    nb::arg("db").none(), nb::arg("hb").none(), nb::arg("stream").none() = default_stream(),
+    nb::arg("db").none(), nb::arg("hb").none(), nb::arg("stream").none() = default_stream_arg(),
     nb::sig("def copy_ptr_to_host(db: int, hb: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
             "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy ``len(hb)`` bytes from the device address ``db`` into the host buffer ``hb``.
@@ -132,7 +132,7 @@ nbrmm.CudaError
       cuda::stream_ref s = stream_arg(stream, "stream");
       copy_bytes(cuda_range(dst, view.size(), "db"), view.data(), view.size(), s);
     },
-    nb::arg("hb").none(), nb::arg("db").none(), nb::arg("stream").none() = default_stream(),
+    nb::arg("hb").none(), nb::arg("db").none(), nb::arg("stream").none() = default_stream_arg(),
     nb::sig("def copy_host_to_ptr(hb: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], db: int, "
             "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy the host buffer ``hb`` to the device address ``db``.
@@ -172,7 +172,7 @@ nbrmm.CudaError
       copy_bytes(cuda_range(dst, n, "d_dst"), from, n, s, /*wait_on_default=*/false);
     },
     nb::arg("d_src").none(), nb::arg("d_dst").none(), nb::arg("count").none(),
-    nb::arg("stream").none() = default_stream(),
+    nb::arg("stream").none() = default_stream_arg(),
     nb::sig("def copy_device_to_ptr(d_src: int, d_dst: int, count: int, "
             "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
     R"doc(Copy ``count`` bytes from the device address ``d_src`` to ``d_dst``.

@@ -82,6 +82,28 @@ SCENARIOS = {
             pool = nbrmm.CudaStreamPool(2)
             keep2 = nbrmm.Buffer(8, stream=pool.get_stream())
     """,
+    # Another library may keep a class alive past the interpreter (a C static, as Cython
+    # modules' globals are): nbrmm's classes, and Python subclasses of its C++ classes,
+    # kept so must keep no nbrmm instance alive with them (a function default, say).
+    "classes_kept_by_a_static": """
+        import enum, importlib
+        from nbrmm import _nbrmm
+        kept = []
+        for name, cls in sorted(vars(_nbrmm).items()):
+            if (isinstance(cls, type) and not issubclass(cls, (BaseException, enum.Enum))
+                    and cls.__flags__ & (1 << 10)):  # Py_TPFLAGS_BASETYPE
+                kept.append(type("Sub" + name, (cls,), {}))
+        for module in ("nbrmm.interop", "nbrmm.dask", "nbrmm.allocators.numba"):
+            try:
+                m = importlib.import_module(module)
+            except ImportError:
+                continue
+            kept += [c for c in vars(m).values()
+                     if isinstance(c, type) and c.__module__.startswith("nbrmm")]
+        assert len(kept) > 20, kept
+        for cls in kept:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(cls))
+    """,
 }
 
 
@@ -94,3 +116,30 @@ def test_exit_is_clean(name):
     assert out.returncode == 0, out.stderr
     assert "reached the end" in out.stdout
     assert "leaked" not in out.stderr, out.stderr
+
+
+def test_default_stream_gone():
+    """Once nbrmm.DEFAULT_STREAM is gone (at exit, when the modules' namespaces are
+    cleared), what would use it raises; a default ``stream`` argument still works."""
+    code = PRELUDE + textwrap.dedent(
+        """
+        mr = host_resource()
+        for referrer in gc.get_referrers(nbrmm.DEFAULT_STREAM):
+            if isinstance(referrer, dict):
+                for key in [k for k, v in referrer.items() if v is nbrmm.DEFAULT_STREAM]:
+                    del referrer[key]
+        gc.collect()
+        try:
+            nbrmm.Buffer(8, mr=mr)
+        except RuntimeError as exc:
+            print("refused:", exc)
+        p = mr.allocate(8)
+        mr.deallocate(p, 8)
+        print("allocate with the default stream works")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: the interpreter is shutting down: nbrmm.DEFAULT_STREAM is gone" in out.stdout
+    assert "allocate with the default stream works" in out.stdout

@@ -740,7 +740,7 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         """Number of allocations not yet freed."""
         return len(self._live)
 
-    def allocate(self, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM) -> int:
+    def allocate(self, nbytes: int, stream: CudaStreamLike | None = None) -> int:
         """Allocate ``nbytes`` bytes from the cuda.core resource, ordered on ``stream``.
 
         Parameters
@@ -748,7 +748,8 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         nbytes : int
             Bytes to allocate (0 allocates nothing and returns 0).
         stream : nbrmm.Stream or stream-like object, optional
-            The stream the allocation is ordered on.
+            The stream the allocation is ordered on; None (the default) is
+            ``nbrmm.DEFAULT_STREAM``.
 
         Returns
         -------
@@ -758,6 +759,8 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         nbytes = _check_size(nbytes, "nbytes")
         if nbytes == 0:
             return 0
+        if stream is None:
+            stream = _nbrmm.DEFAULT_STREAM
         if self._upstream is None:
             raise MemoryError(
                 "this resource lends one cuda.core Buffer and cannot allocate more (the "
@@ -791,9 +794,7 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         self._live[ptr] = (buf, _stream_handle(stream), cc_stream)
         return ptr
 
-    def deallocate(
-        self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
-    ) -> None:
+    def deallocate(self, ptr: int, nbytes: int, stream: CudaStreamLike | None = None) -> None:
         """Free memory from :meth:`allocate`: close its cuda.core Buffer on ``stream``.
 
         Parameters
@@ -803,7 +804,8 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
         nbytes : int
             The size given to :meth:`allocate`.
         stream : nbrmm.Stream or stream-like object, optional
-            The stream the deallocation is ordered on.
+            The stream the deallocation is ordered on; None (the default) is
+            ``nbrmm.DEFAULT_STREAM``.
 
         Raises
         ------
@@ -818,6 +820,8 @@ class CudaCoreMemoryResource(_mr.DeviceMemoryResource):
                 return  # after exit, memory let go with its cuda.core Buffer
             self._not_live(ptr)
         buf, allocated_on, cc_stream = entry
+        if stream is None:
+            stream = _nbrmm.DEFAULT_STREAM
         if not buf.is_device_accessible:
             buf.close()  # host memory: no stream to order on
             return
@@ -849,15 +853,13 @@ class _LendingResource(CudaCoreMemoryResource):
         self._lent_ptr = int(buffer.handle)
         self._lent_pending = True
 
-    def allocate(self, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM) -> int:
+    def allocate(self, nbytes: int, stream: CudaStreamLike | None = None) -> int:
         if self._lent_pending and self._lent is not None and nbytes == self._lent.size:
             self._lent_pending = False
             return self._lent_ptr
         return super().allocate(nbytes, stream)
 
-    def deallocate(
-        self, ptr: int, nbytes: int, stream: _nbrmm.Stream = _nbrmm.DEFAULT_STREAM
-    ) -> None:
+    def deallocate(self, ptr: int, nbytes: int, stream: CudaStreamLike | None = None) -> None:
         if self._lent is not None and not self._lent_pending and ptr == self._lent_ptr:
             self._lent = None  # cuda.core frees it when its last owner lets it go
             return
