@@ -941,6 +941,10 @@ def _release_owners() -> None:
         owner.buffer = None
 
 
+# atexit runs the last registered first: the owners' nbrmm Buffers go back to their
+# resources (a CudaCoreMemoryResource still closes their cuda.core Buffers then), before
+# _exit_all lets go of the cuda.core Buffers that CudaCoreMemoryResources keep, and
+# _detach_all (registered first) detaches the adapters last.
 _atexit.register(_release_owners)
 
 
