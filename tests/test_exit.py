@@ -101,6 +101,16 @@ SCENARIOS = {
             kept += [c for c in vars(m).values()
                      if isinstance(c, type) and c.__module__.startswith("nbrmm")]
         assert len(kept) > 20, kept
+        # Dask's dispatch tables, where nbrmm registers its buffer types.
+        try:
+            import dask.sizeof, nbrmm.dask._protocol
+            from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+            from distributed.protocol.serialize import dask_deserialize, dask_serialize
+        except ImportError:
+            pass
+        else:
+            kept += [dask.sizeof.sizeof, cuda_deserialize, cuda_serialize, dask_deserialize,
+                     dask_serialize]
         for cls in kept:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(cls))
     """,
