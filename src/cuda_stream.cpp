@@ -22,10 +22,6 @@ PyObject* default_stream_obj = nullptr;
 // interpreter (kept by another library's static) keeps no nbrmm instance alive with it.
 PyObject* default_stream_arg_obj = nullptr;
 
-[[noreturn]] void default_stream_gone()
-{
-  throw std::runtime_error("the interpreter is shutting down: nbrmm.DEFAULT_STREAM is gone");
-}
 
 cudaStream_t handle_from_int(nb::handle value, char const* param)
 {
@@ -154,7 +150,7 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 nb::object stream_object(nb::handle obj, char const* param)
 {
   if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) { return nb::borrow(obj); }
-  if (obj.ptr() == default_stream_arg_obj) { return nb::borrow(default_stream()); }
+  if (obj.ptr() == default_stream_arg_obj) { return default_stream(); }
   if (obj.is_none()) { not_a_stream(obj, param); }
   return nb::cast(make_view(obj, param));
 }
@@ -166,10 +162,10 @@ nb::object stream_for_handle(cudaStream_t handle)
   return nb::cast(std::move(s));
 }
 
-nb::handle default_stream()
+nb::object default_stream()
 {
-  if (default_stream_obj == nullptr) { default_stream_gone(); }
-  return default_stream_obj;
+  if (default_stream_obj != nullptr) { return nb::borrow(default_stream_obj); }
+  return stream_for_handle(cudaStream_t{});  // what DEFAULT_STREAM was, late at exit
 }
 
 nb::handle default_stream_arg() { return default_stream_arg_obj; }

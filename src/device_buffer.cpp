@@ -348,7 +348,7 @@ buffer_args parse_buffer_args(nb::handle nbytes,
   if (stream.is_valid()) {
     a.stream = stream_object(stream, "stream");
   } else {
-    a.stream = nb::borrow(default_stream());
+    a.stream = default_stream();
   }
   a.mr = resource_or_current(mr.is_valid() ? mr : nb::handle{Py_None}, "mr");
   check_reentry(a.mr, "mr");

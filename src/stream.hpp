@@ -32,9 +32,9 @@ nb::object stream_object(nb::handle obj, char const* param);
 /// A (non-owning) nbrmm.Stream for a raw handle, e.g. to pass to Python callbacks.
 nb::object stream_for_handle(cudaStream_t handle);
 
-/// The default stream object (nbrmm.DEFAULT_STREAM), borrowed; raises RuntimeError once
-/// it is gone (its last reference let go at interpreter exit).
-nb::handle default_stream();
+/// nbrmm.DEFAULT_STREAM; once it is gone (its last reference let go at interpreter exit),
+/// a new non-owning Stream of the same (legacy default) stream.
+nb::object default_stream();
 
 /// The default of bound functions' `stream` parameters: an object (not a Stream) that
 /// stream_arg and stream_object read as DEFAULT_STREAM.

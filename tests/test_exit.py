@@ -130,26 +130,59 @@ def test_exit_is_clean(name):
 
 def test_default_stream_gone():
     """Once nbrmm.DEFAULT_STREAM is gone (at exit, when the modules' namespaces are
-    cleared), what would use it raises; a default ``stream`` argument still works."""
+    cleared), what would use it uses a new Stream of the same stream instead."""
     code = PRELUDE + textwrap.dedent(
         """
-        mr = host_resource()
+        from extensions import testing
+        mr = testing.host_heap_resource()
         for referrer in gc.get_referrers(nbrmm.DEFAULT_STREAM):
             if isinstance(referrer, dict):
                 for key in [k for k, v in referrer.items() if v is nbrmm.DEFAULT_STREAM]:
                     del referrer[key]
         gc.collect()
-        try:
-            nbrmm.Buffer(8, mr=mr)
-        except RuntimeError as exc:
-            print("refused:", exc)
-        p = mr.allocate(8)
-        mr.deallocate(p, 8)
-        print("allocate with the default stream works")
+        assert not hasattr(nbrmm, "DEFAULT_STREAM")
+        buf = nbrmm.Buffer(0, mr=mr)
+        assert buf.stream.handle == 0 and buf.stream.owner is None, buf.stream
+        buf.resize(300)  # nothing to copy (copies need a GPU)
+        assert buf.size == 300 and buf.stream.handle == 0
+        mr.deallocate(mr.allocate(8), 8)
+        print("the default stream still works")
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "refused: the interpreter is shutting down: nbrmm.DEFAULT_STREAM is gone" in out.stdout
-    assert "allocate with the default stream works" in out.stdout
+    assert "the default stream still works" in out.stdout
+    assert "leaked" not in out.stderr, out.stderr
+
+
+def test_default_stream_late_at_exit():
+    """A finalizer that runs after nbrmm's namespaces were cleared (a global of __main__,
+    cleared last) still makes and resizes buffers on the default stream of a C++ resource."""
+    code = PRELUDE + textwrap.dedent(
+        """
+        import os
+        from extensions import testing
+        class Late:
+            def __init__(self):
+                self.write, self.nbrmm = os.write, nbrmm
+                self.mr = testing.host_heap_resource()
+                self.buf = nbrmm.Buffer(64, mr=self.mr)
+            def __del__(self):
+                Buffer, DeviceBuffer = self.nbrmm.Buffer, self.nbrmm.DeviceBuffer
+                # Nothing that copies memory (copies need a GPU).
+                b = Buffer(0, mr=self.mr)
+                b.resize(512)
+                self.buf.resize(32)
+                Buffer(0, mr=self.mr).shrink_to_fit()
+                sizes = (b.size, Buffer(8, mr=self.mr).size, Buffer.to_device(b"", mr=self.mr).size,
+                         DeviceBuffer(size=8, mr=self.mr).size, self.buf.size)
+                self.write(1, f"late: {sizes} handle={b.stream.handle}\\n".encode())
+        late = Late()
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "late: (512, 8, 0, 8, 32) handle=0" in out.stdout, (out.stdout, out.stderr)
+    assert "leaked" not in out.stderr, out.stderr
