@@ -114,6 +114,24 @@ SCENARIOS = {
         for cls in kept:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(cls))
     """,
+    # The same for the functions and classes of every module of nbrmm: a module's
+    # namespace must be cleared at exit even where something defined in it is kept.
+    "module_contents_kept_by_a_static": """
+        import importlib, pkgutil, types
+        names = ["nbrmm"] + sorted(m.name for m in pkgutil.walk_packages(nbrmm.__path__, "nbrmm.")
+                                   if not m.name.endswith("__main__"))
+        kept = []
+        for name in names:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            kept += [v for v in vars(module).values()
+                     if isinstance(v, (types.FunctionType, type)) and v.__module__ == name]
+        assert len(kept) > 100, len(kept)
+        for obj in kept:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    """,
 }
 
 

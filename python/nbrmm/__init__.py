@@ -103,6 +103,11 @@ _atexit.register(_at_exit)
 if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
 
+#: This module. Its namespace refers to it, so that the interpreter clears the namespace at
+#: exit (letting go of the Streams in it) also where something of it outlives the module,
+#: such as a function that another library keeps.
+_this_module = __import__("sys").modules[__name__]
+
 __all__ = [
     "ArgumentRangeError",
     "BadAlloc",

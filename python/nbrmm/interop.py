@@ -51,6 +51,11 @@ from nbrmm import mr as _mr
 if TYPE_CHECKING:
     from nbrmm._typing import CudaStreamLike
 
+#: This module. Its namespace refers to it, so that the interpreter clears the namespace at
+#: exit (letting go of the Streams in it) also where something of it outlives the module,
+#: such as a function that another library keeps.
+_this_module = __import__("sys").modules[__name__]
+
 __all__ = [
     "BufferOwner",
     "CudaCoreMemoryResource",

@@ -185,4 +185,9 @@ def numba_manager(mr: _DeviceMemoryResource | None = None) -> type[RMMNumbaManag
 # NUMBA_CUDA_MEMORY_MANAGER=nbrmm.allocators.numba selects this class.
 _numba_memory_manager = RMMNumbaManager
 
+#: This module. Its namespace refers to it, so that the interpreter clears the namespace at
+#: exit (letting go of the Streams in it) also where something of it outlives the module,
+#: such as a function that another library keeps.
+_this_module = __import__("sys").modules[__name__]
+
 __all__ = ["RMMNumbaManager", "numba_manager"]

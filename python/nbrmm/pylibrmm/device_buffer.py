@@ -26,6 +26,11 @@ class SupportsCUDAArrayInterface(Protocol):
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 
+#: This module. Its namespace refers to it, so that the interpreter clears the namespace at
+#: exit (letting go of the Streams in it) also where something of it outlives the module,
+#: such as a function that another library keeps.
+_this_module = __import__("sys").modules[__name__]
+
 __all__ = [
     "DEFAULT_STREAM",
     "DeviceBuffer",
