@@ -21,6 +21,36 @@ def test_import_without_gpu_needs_no_cuda_call():
     assert out.stdout.strip() == nbrmm.__version__
 
 
+def test_subinterpreters_are_refused():
+    """Importing nbrmm in a subinterpreter raises ImportError and leaves the main
+    interpreter's nbrmm working (its extension's state is process-wide)."""
+    import importlib.util
+
+    name = next((n for n in ("_interpreters", "_xxsubinterpreters")
+                 if importlib.util.find_spec(n) is not None), None)
+    if name is None:
+        pytest.skip("this Python has no subinterpreter module")
+    code = f"""
+import nbrmm, {name} as interpreters
+from extensions import testing
+mr = testing.host_heap_resource()
+sub = interpreters.create()
+try:
+    interpreters.run_string(sub, "import nbrmm")
+except Exception as exc:
+    print("refused:", exc)
+interpreters.destroy(sub)
+buf = nbrmm.Buffer(10, mr=mr)
+assert buf.stream is nbrmm.DEFAULT_STREAM and buf.size == 10 and buf.mr is mr
+print("main still works")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "nbrmm can only be imported in the main interpreter" in out.stdout, out.stdout
+    assert "main still works" in out.stdout
+
+
 @pytest.mark.parametrize("module", [nbrmm, nbrmm.mr])
 def test_all_names_exist_and_are_documented(module):
     assert module.__all__ == sorted(module.__all__, key=str)
