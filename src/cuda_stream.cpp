@@ -285,17 +285,29 @@ nbrmm.CudaError
   // module's namespace is cleared at interpreter exit), so that no C++ reference keeps a
   // Stream past the interpreter.
   default_stream_obj = constant("DEFAULT_STREAM", nullptr).ptr();
+  static PyObject* weak_default = nullptr;  // kept for good: it must outlive DEFAULT_STREAM
   static PyMethodDef forget_def = {
     "_forget_default_stream",
-    [](PyObject*, PyObject*) -> PyObject* {
-      default_stream_obj = nullptr;
+    [](PyObject*, PyObject* ref) -> PyObject* {
+      // Only as the weak reference's callback, once DEFAULT_STREAM is gone (the function
+      // can be reached from Python, and called with anything).
+      if (ref == weak_default && default_stream_obj != nullptr) {
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject* alive = nullptr;
+        if (PyWeakref_GetRef(ref, &alive) < 0) { return nullptr; }
+        if (alive == nullptr) { default_stream_obj = nullptr; }
+        Py_XDECREF(alive);
+#else
+        if (PyWeakref_GetObject(ref) == Py_None) { default_stream_obj = nullptr; }
+#endif
+      }
       Py_RETURN_NONE;
     },
     METH_O, nullptr};
   nb::object forget = nb::steal(PyCFunction_New(&forget_def, nullptr));
   if (!forget.is_valid()) { throw nb::python_error(); }
-  // Kept for good (a weak reference, not a Stream): it must outlive DEFAULT_STREAM.
-  if (PyWeakref_NewRef(default_stream_obj, forget.ptr()) == nullptr) { throw nb::python_error(); }
+  weak_default = PyWeakref_NewRef(default_stream_obj, forget.ptr());
+  if (weak_default == nullptr) { throw nb::python_error(); }
   default_stream_arg_obj = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));
   if (default_stream_arg_obj == nullptr) { throw nb::python_error(); }
   constant("LEGACY_DEFAULT_STREAM", cudaStreamLegacy);

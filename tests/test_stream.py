@@ -138,3 +138,14 @@ def test_stream_pool_cycles_and_keeps_pool_alive():
 def test_stream_pool_rejects_empty():
     with pytest.raises(ValueError, match="pool_size"):
         nbrmm.CudaStreamPool(pool_size=0)
+
+
+def test_default_stream_weakref_callback_cannot_be_misused():
+    """nbrmm forgets DEFAULT_STREAM through a weak reference's callback once it is gone;
+    called by hand, with anything, the callback changes nothing."""
+    (ref,) = [r for r in weakref.getweakrefs(nbrmm.DEFAULT_STREAM) if r.__callback__]
+    for arg in (None, ref, 0, weakref.ref(HostHeap)):
+        ref.__callback__(arg)
+    heap = HostHeap()
+    buf = nbrmm.Buffer(16, mr=nbrmm.mr.CallbackMemoryResource(heap.allocate, heap.deallocate))
+    assert buf.stream is nbrmm.DEFAULT_STREAM
