@@ -1,8 +1,23 @@
 // The nbrmm extension module: an ordered list of the bindings of each librmm header.
 #include "bindings.hpp"
 
+// The extension's state is process-wide (librmm's per-device map, nanobind's registry of
+// types, the objects the fast paths compare with), so it is initialised once, in the main
+// interpreter. nanobind's own initialisation would already replace that state in a second
+// interpreter, so the check comes first: NB_MODULE's entry point is renamed, and the one
+// Python calls checks the interpreter and then calls it.
+#define PyInit__nbrmm nbrmm_init_module_unchecked
 NB_MODULE(_nbrmm, m)
 {
+  // Initialised once per process: binding the types again would abort in nanobind (a
+  // second import of the extension after sys.modules was restored, say).
+  static bool initialised = false;
+  if (initialised) {
+    throw nb::import_error(
+      "nbrmm's extension is already initialised in this process and cannot be initialised "
+      "again (was nbrmm removed from sys.modules and imported anew?)");
+  }
+  initialised = true;
   m.doc() = "nanobind bindings for librmm (RAPIDS Memory Manager)";
   nbrmm::bind_errors(m);
   nbrmm::bind_rmm_compat(m);  // exception classes rmm-compatible argument checks raise
@@ -39,4 +54,16 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_cuda_core_adapter(m);
   nbrmm::bind_logger(m);
   nbrmm::bind_deferred_frees(m);  // diagnostics of the deferred-free queue
+}
+
+#undef PyInit__nbrmm
+extern "C" NB_EXPORT PyObject* PyInit__nbrmm(void);
+extern "C" PyObject* PyInit__nbrmm(void)
+{
+  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+    PyErr_SetString(PyExc_ImportError,
+                    "nbrmm can only be imported in the main interpreter, not in a subinterpreter");
+    return nullptr;
+  }
+  return nbrmm_init_module_unchecked();
 }

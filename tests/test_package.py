@@ -22,24 +22,30 @@ def test_import_without_gpu_needs_no_cuda_call():
 
 
 def test_subinterpreters_are_refused():
-    """Importing nbrmm in a subinterpreter raises ImportError and leaves the main
-    interpreter's nbrmm working (its extension's state is process-wide)."""
+    """Loading nbrmm's extension in a subinterpreter, by ``import nbrmm`` or from its file
+    (bypassing the package), raises ImportError and leaves the main interpreter's nbrmm
+    working (its extension's state is process-wide)."""
     import importlib.util
 
     name = next((n for n in ("_interpreters", "_xxsubinterpreters")
                  if importlib.util.find_spec(n) is not None), None)
     if name is None:
         pytest.skip("this Python has no subinterpreter module")
+    loads = [
+        "import nbrmm",
+        "import importlib.util as u; s = u.spec_from_file_location('nbrmm._nbrmm', "
+        f"{nbrmm._nbrmm.__file__!r}); s.loader.exec_module(u.module_from_spec(s))",
+    ]
+    # The subinterpreter reports its own error: 3.13's run_string returns it, older ones raise.
+    template = "try:\n    {}\nexcept ImportError as exc:\n    print('refused:', exc)\nelse:\n    print('loaded')\n"
     code = f"""
 import nbrmm, {name} as interpreters
 from extensions import testing
 mr = testing.host_heap_resource()
-sub = interpreters.create()
-try:
-    interpreters.run_string(sub, "import nbrmm")
-except Exception as exc:
-    print("refused:", exc)
-interpreters.destroy(sub)
+for sub_code in {[template.format(load) for load in loads]!r}:
+    sub = interpreters.create()
+    interpreters.run_string(sub, sub_code)
+    interpreters.destroy(sub)
 buf = nbrmm.Buffer(10, mr=mr)
 assert buf.stream is nbrmm.DEFAULT_STREAM and buf.size == 10 and buf.mr is mr
 print("main still works")
@@ -47,8 +53,35 @@ print("main still works")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "nbrmm can only be imported in the main interpreter" in out.stdout, out.stdout
+    refusal = "refused: nbrmm can only be imported in the main interpreter"
+    assert out.stdout.count(refusal) == 2, out.stdout
     assert "main still works" in out.stdout
+
+
+def test_extension_is_initialised_once():
+    """Importing nbrmm anew after sys.modules was restored raises ImportError (binding the
+    types a second time would abort the process); reloading the extension is harmless."""
+    code = """
+import importlib, sys
+from unittest import mock
+import nbrmm
+importlib.reload(nbrmm._nbrmm)
+print("reloaded")
+with mock.patch.dict(sys.modules):
+    for name in [n for n in sys.modules if n == "nbrmm" or n.startswith("nbrmm.")]:
+        del sys.modules[name]
+    try:
+        import nbrmm
+    except ImportError as exc:
+        print("refused:", exc)
+buf = nbrmm.Buffer(0)
+print("still works")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: nbrmm's extension is already initialised in this process" in out.stdout
+    assert "reloaded" in out.stdout and "still works" in out.stdout
 
 
 @pytest.mark.parametrize("module", [nbrmm, nbrmm.mr])

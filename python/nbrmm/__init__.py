@@ -8,28 +8,7 @@ the Python callables behind them are kept alive by whoever uses them, C++ includ
 import atexit as _atexit
 import os as _os
 
-
-def _refuse_subinterpreters() -> None:
-    """nbrmm's extension keeps process-wide state (librmm's per-device map, nanobind's
-    registry of types, the objects its fast paths compare with): initialized again in a
-    second interpreter, it would replace the main interpreter's."""
-    import importlib
-
-    for name in ("_interpreters", "_xxsubinterpreters"):  # CPython >= 3.13, before
-        try:
-            interpreters = importlib.import_module(name)
-        except ImportError:
-            continue
-        if interpreters.get_current() != interpreters.get_main():
-            raise ImportError(
-                "nbrmm can only be imported in the main interpreter, not in a subinterpreter"
-            )
-        return
-
-
-_refuse_subinterpreters()
-
-import librmm as _librmm  # noqa: E402
+import librmm as _librmm
 
 _librmm.load_library()
 
