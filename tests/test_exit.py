@@ -114,24 +114,6 @@ SCENARIOS = {
         for cls in kept:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(cls))
     """,
-    # The same for the functions and classes of every module of nbrmm: a module's
-    # namespace must be cleared at exit even where something defined in it is kept.
-    "module_contents_kept_by_a_static": """
-        import importlib, pkgutil, types
-        names = ["nbrmm"] + sorted(m.name for m in pkgutil.walk_packages(nbrmm.__path__, "nbrmm.")
-                                   if not m.name.endswith("__main__"))
-        kept = []
-        for name in names:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            kept += [v for v in vars(module).values()
-                     if isinstance(v, (types.FunctionType, type)) and v.__module__ == name]
-        assert len(kept) > 100, len(kept)
-        for obj in kept:
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-    """,
 }
 
 
@@ -152,13 +134,15 @@ def test_default_stream_gone():
     code = PRELUDE + textwrap.dedent(
         """
         from extensions import testing
+        import weakref
         mr = testing.host_heap_resource()
+        gone = weakref.ref(nbrmm.DEFAULT_STREAM)
         for referrer in gc.get_referrers(nbrmm.DEFAULT_STREAM):
             if isinstance(referrer, dict):
                 for key in [k for k, v in referrer.items() if v is nbrmm.DEFAULT_STREAM]:
                     del referrer[key]
         gc.collect()
-        assert not hasattr(nbrmm, "DEFAULT_STREAM")
+        assert gone() is None, gc.get_referrers(gone())
         buf = nbrmm.Buffer(0, mr=mr)
         assert buf.stream.handle == 0 and buf.stream.owner is None, buf.stream
         buf.resize(300)  # nothing to copy (copies need a GPU)
@@ -175,32 +159,73 @@ def test_default_stream_gone():
 
 
 def test_default_stream_late_at_exit():
-    """A finalizer that runs after nbrmm's namespaces were cleared (a global of __main__,
-    cleared last) still makes and resizes buffers on the default stream of a C++ resource."""
+    """A finalizer that runs after nbrmm's namespaces were cleared (an object kept by
+    ``sys``, whose namespace is cleared last) still makes and resizes buffers on the
+    default stream of a C++ resource."""
     code = PRELUDE + textwrap.dedent(
         """
         import os
         from extensions import testing
         class Late:
             def __init__(self):
-                self.write, self.nbrmm = os.write, nbrmm
+                self.write, self.namespace = os.write, nbrmm.__dict__
+                self.Buffer, self.DeviceBuffer = nbrmm.Buffer, nbrmm.DeviceBuffer
                 self.mr = testing.host_heap_resource()
                 self.buf = nbrmm.Buffer(64, mr=self.mr)
             def __del__(self):
-                Buffer, DeviceBuffer = self.nbrmm.Buffer, self.nbrmm.DeviceBuffer
+                Buffer = self.Buffer
+                cleared = self.namespace.get("DEFAULT_STREAM") is None
                 # Nothing that copies memory (copies need a GPU).
                 b = Buffer(0, mr=self.mr)
                 b.resize(512)
                 self.buf.resize(32)
                 Buffer(0, mr=self.mr).shrink_to_fit()
                 sizes = (b.size, Buffer(8, mr=self.mr).size, Buffer.to_device(b"", mr=self.mr).size,
-                         DeviceBuffer(size=8, mr=self.mr).size, self.buf.size)
-                self.write(1, f"late: {sizes} handle={b.stream.handle}\\n".encode())
-        late = Late()
+                         self.DeviceBuffer(size=8, mr=self.mr).size, self.buf.size)
+                self.write(1, f"late: cleared={cleared} {sizes} handle={b.stream.handle}\\n".encode())
+        sys._nbrmm_late = Late()
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "late: (512, 8, 0, 8, 32) handle=0" in out.stdout, (out.stdout, out.stderr)
+    assert "late: cleared=True (512, 8, 0, 8, 32) handle=0" in out.stdout, (out.stdout, out.stderr)
+    assert "leaked" not in out.stderr, out.stderr
+
+
+def _nbrmm_modules():
+    import pkgutil
+
+    import nbrmm
+
+    return ["nbrmm"] + sorted(m.name for m in pkgutil.walk_packages(nbrmm.__path__, "nbrmm.")
+                              if not m.name.endswith("__main__"))
+
+
+@pytest.mark.parametrize("module", _nbrmm_modules())
+def test_module_contents_kept_by_a_static(module):
+    """Every function and class of a module of nbrmm, kept past the interpreter by
+    another library (a C static), keeps no nbrmm instance alive with the module's
+    namespace: each module alone, in its own process, as other modules could hide it."""
+    code = PRELUDE + textwrap.dedent(
+        f"""
+        import importlib, types
+        try:
+            module = importlib.import_module({module!r})
+        except ImportError as exc:
+            print("unavailable:", exc)
+            sys.exit(0)
+        kept = [v for v in vars(module).values()
+                if isinstance(v, (types.FunctionType, type)) and v.__module__ == {module!r}]
+        for obj in kept:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+        print("kept", len(kept))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    if "unavailable:" in out.stdout:
+        pytest.skip(out.stdout.strip())
+    assert "kept" in out.stdout
     assert "leaked" not in out.stderr, out.stderr
