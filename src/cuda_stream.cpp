@@ -21,7 +21,8 @@ PyObject* default_stream_obj = nullptr;
 // DEFAULT_STREAM. Function defaults hold no Stream, so a class that outlives the
 // interpreter (kept by another library's static) keeps no nbrmm instance alive with it.
 PyObject* default_stream_arg_obj = nullptr;
-
+// DEFAULT_STREAM's handle: the legacy default stream, spelled 0 (as in rmm).
+constexpr cudaStream_t default_stream_handle{};
 
 cudaStream_t handle_from_int(nb::handle value, char const* param)
 {
@@ -141,7 +142,7 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
   if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
     return nb::inst_ptr<Stream>(obj)->ref();
   }
-  if (obj.ptr() == default_stream_arg_obj) { return cuda::stream_ref{cudaStream_t{}}; }
+  if (obj.ptr() == default_stream_arg_obj) { return cuda::stream_ref{default_stream_handle}; }
   cudaStream_t handle{};
   if (obj.is_none() || !foreign_handle(obj, param, handle)) { not_a_stream(obj, param); }
   return cuda::stream_ref{handle};
@@ -165,7 +166,7 @@ nb::object stream_for_handle(cudaStream_t handle)
 nb::object default_stream()
 {
   if (default_stream_obj != nullptr) { return nb::borrow(default_stream_obj); }
-  return stream_for_handle(cudaStream_t{});  // what DEFAULT_STREAM was, late at exit
+  return stream_for_handle(default_stream_handle);  // as DEFAULT_STREAM was, late at exit
 }
 
 nb::handle default_stream_arg() { return default_stream_arg_obj; }
@@ -284,7 +285,7 @@ nbrmm.CudaError
   // Borrowed from the module; a weak reference forgets it when the object goes (the
   // module's namespace is cleared at interpreter exit), so that no C++ reference keeps a
   // Stream past the interpreter.
-  default_stream_obj = constant("DEFAULT_STREAM", nullptr).ptr();
+  default_stream_obj = constant("DEFAULT_STREAM", default_stream_handle).ptr();
   static PyObject* weak_default = nullptr;  // kept for good: it must outlive DEFAULT_STREAM
   static PyMethodDef forget_def = {
     "_forget_default_stream",
