@@ -15,6 +15,8 @@
 #include "errors.hpp"
 #include "resource.hpp"
 
+#include <structmember.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -34,6 +36,9 @@ struct adapter_types {
   PyObject* stream_kwnames{};    ///< ("stream",)
   PyObject* allocate_general{};    ///< "_allocate_general"
   PyObject* deallocate_general{};  ///< "_deallocate_general"
+  /// Where the adapter's `_core` slot lies in its instances (the offset its member
+  /// descriptor reports), or -1: then `_core` is read with getattr.
+  Py_ssize_t core_offset{-1};
 };
 
 adapter_types* types = nullptr;
@@ -48,16 +53,45 @@ PyObject* fast_resource(PyObject* self)
   if (PyObject_TypeCheck(self, reinterpret_cast<PyTypeObject*>(types->adapter)) == 0) {
     return nullptr;
   }
-  PyObject* core = PyObject_GetAttr(self, types->core_name);
-  if (core == nullptr) {
-    PyErr_Clear();
-    return nullptr;
+  PyObject* core = nullptr;
+#if !defined(Py_GIL_DISABLED)
+  if (types->core_offset >= 0) {
+    // The slot itself: what NbrmmMemoryResource.__init__ (or the exit's detach) stored
+    // there, whatever a subclass calls `_core` (null where it was never stored).
+    core = Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(self) +
+                                                   types->core_offset));
+  } else
+#endif
+  {
+    core = PyObject_GetAttr(self, types->core_name);
+    if (core == nullptr) { PyErr_Clear(); }
   }
+  if (core == nullptr) { return nullptr; }
   if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
     Py_DECREF(core);
     return nullptr;
   }
   return core;
+}
+
+/// The offset of `adapter`'s `_core` slot (an object slot of the class itself), or -1.
+Py_ssize_t core_slot_offset(PyObject* adapter, PyObject* name)
+{
+  PyObject* dict = reinterpret_cast<PyTypeObject*>(adapter)->tp_dict;
+  PyObject* found = dict != nullptr ? PyDict_GetItemWithError(dict, name) : nullptr;  // borrowed
+  if (found == nullptr) {
+    PyErr_Clear();
+    return -1;
+  }
+  if (!Py_IS_TYPE(found, &PyMemberDescr_Type)) { return -1; }
+  PyMemberDef const* member = reinterpret_cast<PyMemberDescrObject*>(found)->d_member;
+#if PY_VERSION_HEX >= 0x030C0000
+  int const object_ex = Py_T_OBJECT_EX;
+#else
+  int const object_ex = T_OBJECT_EX;
+#endif
+  if (member == nullptr || member->type != object_ex || member->offset <= 0) { return -1; }
+  return member->offset;
 }
 
 /// The handle of a cuda.core Stream (`__cuda_stream__()[1]`), or false where it has none
@@ -185,6 +219,7 @@ void bind_cuda_core_adapter(nb::module_& m)
       t->deallocate_general = PyUnicode_InternFromString("_deallocate_general");
       release_cuda_core_adapter();
       types = t;
+      if (t->core_name != nullptr) { t->core_offset = core_slot_offset(t->adapter, t->core_name); }
       if (t->core_name == nullptr || t->cuda_stream_name == nullptr ||
           t->stream_kwnames == nullptr || t->allocate_general == nullptr ||
           t->deallocate_general == nullptr) {

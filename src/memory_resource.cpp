@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -28,8 +29,10 @@ namespace {
 
 /// One outstanding allocation made through DeviceMemoryResource.allocate.
 struct raw_allocation {
-  PyObject* owner;      ///< the resource object that allocated it (strong; null after exit)
-  device_resource res;  ///< its resource (the object's own, kept with it)
+  PyObject* owner;  ///< the resource object that allocated it (strong; null after exit)
+  /// Its resource: a share of the object's shared copy (DeviceMemoryResource::shared), so
+  /// that the memory can go back after the object was cleared or released at exit.
+  std::shared_ptr<device_resource> res;
   block b;
   std::size_t bytes;
   std::size_t alignment;
@@ -72,9 +75,9 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   auto const key = reinterpret_cast<std::uintptr_t>(b.data);
   // A record at the same address is stale: its memory was given back to the underlying
   // allocator behind nbrmm's back (which handed it out again). It gives way.
-  raw_allocation stale{nullptr, device_resource{}, block{}, 0, 0, -1};
+  raw_allocation stale{nullptr, nullptr, block{}, 0, 0, -1};
   try {
-    raw_allocation record{self.ptr(), res, b, n, alignment, r.device};
+    raw_allocation record{self.ptr(), r.shared(), b, n, alignment, r.device};
     std::lock_guard lock{raw_mutex()};
     auto [it, inserted] = raw_allocations().try_emplace(key, std::move(record));
     if (!inserted) { stale = std::exchange(it->second, std::move(record)); }
@@ -108,7 +111,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
                               .c_str());
     }
     if (it->second.owner != self.ptr() &&
-        !(r.res.has_value() && unwrap(it->second.res) == unwrap(r.res))) {
+        !(r.res.has_value() && unwrap(*it->second.res) == unwrap(r.res))) {
       nb::handle other = it->second.owner;
       throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
                              (other.is_valid()
@@ -134,7 +137,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
   }
   {
     gil_release release;
-    free_block(a.res, s, a.b, a.device);
+    free_block(*a.res, s, a.b, a.device);
   }
   Py_XDECREF(a.owner);
 }

@@ -431,6 +431,41 @@ def test_resources_written_in_python_and_unusual_arguments_take_the_general_path
     assert heap.live == {}
 
 
+def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core():
+    # The C path reads the `_core` slot that NbrmmMemoryResource.__init__ fills. A
+    # subclass that names something else `_core` (here a property whose setter stores
+    # nothing) neither redirects allocations nor makes them skip the resource's checks.
+    heap, decoy = HostHeap(), HostHeap()
+    decoy_mr = decoy.resource()
+
+    class Shadowing(interop.NbrmmMemoryResource):
+        __slots__ = ()
+
+        @property
+        def _core(self):
+            return decoy_mr
+
+        @_core.setter
+        def _core(self, value):
+            pass
+
+    adapter = Shadowing(heap.resource(), is_device_accessible=False)
+    buf = adapter.allocate(32, stream=LEGACY)
+    assert list(heap.live.values()) == [32] and decoy.live == {}
+    buf.close()
+    assert heap.live == {} and decoy.live == {}
+    # And a subclass leaves the slot where the fast path finds it.
+    class Plain(interop.NbrmmMemoryResource):
+        __slots__ = ("extra",)
+
+    mr = heap.resource()
+    adapter = Plain(mr, is_device_accessible=False)
+    buf = adapter.allocate(48, stream=LEGACY)
+    assert nbrmm._nbrmm._raw_outstanding(mr) == 1  # recorded: the C path served it
+    buf.close()
+    assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
+
+
 def test_adapter_and_its_buffers_keep_the_nbrmm_resource_alive():
     heap = HostHeap()
     mr = heap.resource()
