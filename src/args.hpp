@@ -60,4 +60,19 @@ std::size_t alignment_arg(nb::handle obj, char const* param = "alignment");
 /// Raises TypeError naming `param` unless `obj` is a real bool (no silent truthiness).
 bool bool_arg(nb::handle obj, char const* param);
 
+/// The parameters of a function called through vectorcall: their names (interned), of
+/// which the first `positional` may be given by position and the rest only by keyword.
+struct parameters {
+  char const* function;  ///< the name errors give, e.g. "Buffer"
+  PyObject* const* names;
+  int count;
+  int positional;
+};
+
+/// Sorts a vectorcall's arguments into `slots` (one per parameter, in order; those not
+/// given stay null). Returns false with a TypeError set, as Python words it, for too many
+/// positional arguments or an unknown or repeated keyword.
+bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
+                    PyObject* kwnames, PyObject** slots) noexcept;
+
 }  // namespace nbrmm

@@ -43,9 +43,6 @@ struct adapter_types {
 
 adapter_types* types = nullptr;
 
-/// The class the methods are bound to (_CudaCoreAdapterMethods; never instantiated).
-struct adapter_methods {};
-
 /// The nbrmm resource of `self` when the fast path applies (a new reference), else null
 /// (no Python error set). `types` is set.
 PyObject* fast_resource(PyObject* self)
@@ -186,6 +183,109 @@ void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::
                  cuda::stream_ref{reinterpret_cast<cudaStream_t>(handle)});
 }
 
+// The methods, as CPython method descriptors of the adapter class (METH_FASTCALL |
+// METH_KEYWORDS: no bound-method object, no dispatch layer between cuda.core's call and
+// the work).
+
+PyObject* interned(char const* text) { return PyUnicode_InternFromString(text); }
+
+/// allocate(self, size, *, stream)
+PyObject* allocate_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                          PyObject* kwnames) noexcept
+{
+  static PyObject* const names[] = {interned("size"), interned("stream")};
+  static parameters const params{"allocate", names, 2, 1};
+  PyObject* slots[2];
+  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
+    return nullptr;
+  }
+  if (slots[0] == nullptr || slots[1] == nullptr) {
+    PyErr_Format(PyExc_TypeError, "allocate() missing required %s",
+                 slots[0] == nullptr ? "argument 'size'" : "keyword-only argument 'stream'");
+    return nullptr;
+  }
+  try {
+    return cuda_core_allocate(self, slots[0], slots[1]).release().ptr();
+  } catch (...) {
+    raise_current_exception();
+    return nullptr;
+  }
+}
+
+/// deallocate(self, ptr, size, *, stream)
+PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                            PyObject* kwnames) noexcept
+{
+  static PyObject* const names[] = {interned("ptr"), interned("size"), interned("stream")};
+  static parameters const params{"deallocate", names, 3, 2};
+  PyObject* slots[3];
+  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
+    return nullptr;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (slots[i] == nullptr) {
+      PyErr_Format(PyExc_TypeError, "deallocate() missing required %sargument '%S'",
+                   i == 2 ? "keyword-only " : "", names[i]);
+      return nullptr;
+    }
+  }
+  try {
+    cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
+    Py_RETURN_NONE;
+  } catch (...) {
+    raise_current_exception();
+    return nullptr;
+  }
+}
+
+PyMethodDef allocate_def{
+  "allocate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allocate_method)),
+  METH_FASTCALL | METH_KEYWORDS,
+  R"doc(allocate($self, size, *, stream)
+--
+
+Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
+
+Parameters
+----------
+size : int
+    Bytes to allocate.
+stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
+    The stream the allocation is ordered on; the buffer's deallocation is ordered on it
+    too unless ``Buffer.close`` is given another.
+
+Returns
+-------
+cuda.core.Buffer
+    The memory; its ``memory_resource`` is this object.
+
+Raises
+------
+TypeError, ValueError
+    If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
+    (nothing is allocated then).
+MemoryError
+    If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).)doc"};
+
+PyMethodDef deallocate_def{
+  "deallocate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(deallocate_method)),
+  METH_FASTCALL | METH_KEYWORDS,
+  R"doc(deallocate($self, ptr, size, *, stream)
+--
+
+Give memory back to the nbrmm resource, ordered on ``stream``.
+
+cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
+
+Parameters
+----------
+ptr : int
+    The buffer's pointer.
+size : int
+    The buffer's size.
+stream : cuda.core.Stream or stream-like object
+    The stream the deallocation is ordered on.)doc"};
+
 }  // namespace
 
 void release_cuda_core_adapter() noexcept
@@ -208,6 +308,10 @@ void bind_cuda_core_adapter(nb::module_& m)
           !PyCallable_Check(from_handle.ptr())) {
         throw nb::type_error("expected (the adapter class, cuda.core's Stream, Buffer.from_handle)");
       }
+      auto* type = reinterpret_cast<PyTypeObject*>(adapter.ptr());
+      nb::object allocate   = nb::steal(PyDescr_NewMethod(type, &allocate_def));
+      nb::object deallocate = nb::steal(PyDescr_NewMethod(type, &deallocate_def));
+      if (!allocate.is_valid() || !deallocate.is_valid()) { throw nb::python_error(); }
       auto* t             = new adapter_types{};
       t->adapter          = nb::borrow(adapter).release().ptr();
       t->stream           = nb::borrow(stream).release().ptr();
@@ -226,61 +330,15 @@ void bind_cuda_core_adapter(nb::module_& m)
         release_cuda_core_adapter();
         throw nb::python_error();
       }
+      return nb::make_tuple(allocate, deallocate);
     },
     nb::arg("adapter"), nb::arg("stream"), nb::arg("from_handle"),
     nb::sig("def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: "
-            "collections.abc.Callable[..., typing.Any]) -> None"),
+            "collections.abc.Callable[..., typing.Any]) -> "
+            "tuple[types.MethodDescriptorType, types.MethodDescriptorType]"),
     "Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods "
-    "use (done by nbrmm.interop at import).");
-
-  // Bound as methods of a class of their own, under the names NbrmmMemoryResource gives
-  // them (documentation tools read the signature line of a docstring as the method's).
-  auto methods = nb::class_<adapter_methods>(
-    m, "_CudaCoreAdapterMethods",
-    "The methods of nbrmm.interop.NbrmmMemoryResource (taken from here by that class).");
-  methods.def("allocate", &cuda_core_allocate, nb::arg("size").none(),
-        nb::kw_only(), nb::arg("stream").none(),
-        // cuda.core has no type information: its Buffer is Any to type checkers.
-        nb::sig("def allocate(self, size: int, *, "
-                "stream: nbrmm._typing.CudaStreamLike) -> typing.Any"),
-        R"doc(Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
-
-Parameters
-----------
-size : int
-    Bytes to allocate.
-stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
-    The stream the allocation is ordered on; the buffer's deallocation is ordered on it
-    too unless ``Buffer.close`` is given another.
-
-Returns
--------
-cuda.core.Buffer
-    The memory; its ``memory_resource`` is this object.
-
-Raises
-------
-TypeError, ValueError
-    If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
-    (nothing is allocated then).
-MemoryError
-    If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).)doc");
-  methods.def("deallocate", &cuda_core_deallocate,
-        nb::arg("ptr").none(), nb::arg("size").none(), nb::kw_only(), nb::arg("stream").none(),
-        nb::sig("def deallocate(self, ptr: int, "
-                "size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None"),
-        R"doc(Give memory back to the nbrmm resource, ordered on ``stream``.
-
-cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
-
-Parameters
-----------
-ptr : int
-    The buffer's pointer.
-size : int
-    The buffer's size.
-stream : cuda.core.Stream or stream-like object
-    The stream the deallocation is ordered on.)doc");
+    "use (done by nbrmm.interop at import); returns the class's ``allocate`` and "
+    "``deallocate`` methods (written in src/cuda_core_adapter.cpp).");
 }
 
 }  // namespace nbrmm

@@ -654,21 +654,14 @@ void buffer_releasebuffer(PyObject* self, Py_buffer*) { --nb::inst_ptr<Buffer>(s
 // The type: fast constructor and garbage collector slots
 // ------------------------------------------------------------------------------------
 
-/// Which argument slot the keyword `name` fills (nullptr: not a parameter of Buffer).
-/// Slots, in order: Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256).
-PyObject** keyword_slot(PyObject* name, PyObject** slots)
+/// Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256)
+parameters const& buffer_parameters()
 {
   static PyObject* const names[] = {  // interned for good: never released
     PyUnicode_InternFromString("nbytes"), PyUnicode_InternFromString("mr"),
     PyUnicode_InternFromString("stream"), PyUnicode_InternFromString("alignment")};
-  for (int i = 0; i < 4; ++i) {
-    if (name == names[i]) { return &slots[i]; }
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (PyUnicode_Compare(name, names[i]) == 0) { return &slots[i]; }
-  }
-  PyErr_Clear();  // a non-str keyword compares as an error
-  return nullptr;
+  static parameters const params{"Buffer", names, 4, 1};
+  return params;
 }
 
 /// `Buffer(...)`: the type's vectorcall. Parses the arguments of `__init__` without
@@ -679,28 +672,8 @@ PyObject* buffer_vectorcall(PyObject* type,
                             std::size_t nargsf,
                             PyObject* kwnames) noexcept
 {
-  Py_ssize_t const nargs = PyVectorcall_NARGS(nargsf);
-  // nbytes, mr, stream, alignment
-  PyObject* slots[4] = {nargs >= 1 ? args[0] : nullptr, nullptr, nullptr, nullptr};
-  if (nargs > 1) {
-    PyErr_Format(PyExc_TypeError,
-                 "Buffer() takes at most 1 positional argument (nbytes), %zd were given", nargs);
-    return nullptr;
-  }
-  Py_ssize_t const nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t i = 0; i < nkw; ++i) {
-    PyObject* name  = PyTuple_GET_ITEM(kwnames, i);
-    PyObject** slot = keyword_slot(name, slots);
-    if (slot == nullptr) {
-      PyErr_Format(PyExc_TypeError, "Buffer() got an unexpected keyword argument '%S'", name);
-      return nullptr;
-    }
-    if (*slot != nullptr) {
-      PyErr_Format(PyExc_TypeError, "Buffer() got multiple values for argument '%S'", name);
-      return nullptr;
-    }
-    *slot = args[nargs + i];
-  }
+  PyObject* slots[4];  // nbytes, mr, stream, alignment
+  if (!sort_arguments(buffer_parameters(), args, nargsf, kwnames, slots)) { return nullptr; }
   try {
     buffer_args a = parse_buffer_args(slots[0], "nbytes", slots[1], slots[2], slots[3]);
     return new_buffer(type, [&](Buffer* self) { construct(self, std::move(a)); })

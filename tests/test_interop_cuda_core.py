@@ -390,7 +390,7 @@ def test_the_c_path_serves_nbrmm_resources_and_frees_each_allocation_once():
     heap, adapter = host_adapter()
     mr = adapter.upstream_mr
     assert adapter._core is mr
-    assert type(interop.NbrmmMemoryResource.__dict__["allocate"]).__name__ == "nb_method"
+    assert type(interop.NbrmmMemoryResource.__dict__["allocate"]).__name__ == "method_descriptor"
     bufs = [adapter.allocate(n, stream=LEGACY) for n in (1, 256, 4096)]
     assert nbrmm._nbrmm._raw_outstanding(mr) == 3
     assert sorted(heap.live.values()) == [1, 256, 4096]
@@ -426,9 +426,42 @@ def test_resources_written_in_python_and_unusual_arguments_take_the_general_path
         adapter.allocate(1 << 64, stream=LEGACY)
     assert heap.live == {}
     # Called on something else than an adapter, the method allocates nothing.
-    with pytest.raises(AttributeError):
+    with pytest.raises(TypeError, match="doesn't apply"):
         interop.NbrmmMemoryResource.allocate(object(), 8, stream=LEGACY)
     assert heap.live == {}
+
+
+def test_the_methods_take_their_arguments_as_python_would():
+    # allocate(size, *, stream) and deallocate(ptr, size, *, stream), parsed in C++: each
+    # mistake is a TypeError naming the method, and nothing is allocated or freed.
+    heap, adapter = host_adapter()
+    cases = [
+        (lambda: adapter.allocate(8), r"allocate\(\) missing required keyword-only argument 'stream'"),
+        (lambda: adapter.allocate(stream=LEGACY), r"allocate\(\) missing required argument 'size'"),
+        (lambda: adapter.allocate(8, LEGACY), r"allocate\(\) takes at most 1 positional argument \(size\), 2 were given"),
+        (lambda: adapter.allocate(8, stream=LEGACY, size=8), "multiple values for argument 'size'"),
+        (lambda: adapter.allocate(8, stream=LEGACY, mr=None), "unexpected keyword argument 'mr'"),
+        (lambda: adapter.allocate(8, **{"stream": LEGACY, "x" * 3: 1}), "unexpected keyword argument 'xxx'"),
+        (lambda: adapter.deallocate(0x1000, 8), r"deallocate\(\) missing required keyword-only argument 'stream'"),
+        (lambda: adapter.deallocate(0x1000, stream=LEGACY), r"deallocate\(\) missing required argument 'size'"),
+        (lambda: adapter.deallocate(size=8, stream=LEGACY), r"deallocate\(\) missing required argument 'ptr'"),
+        (lambda: adapter.deallocate(0x1000, 8, LEGACY), r"takes at most 2 positional arguments \(ptr, size\), 3 were given"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=message):
+            call()
+    assert heap.live == {}
+    # Every argument may be given by keyword; the stream must be.
+    adapter.allocate(size=16, stream=LEGACY).close()
+    ptr = adapter.upstream_mr.allocate(16)
+    adapter.deallocate(size=16, ptr=ptr, stream=LEGACY)
+    assert heap.live == {} and heap.calls[-2:] == [("allocate", 16, ptr), ("deallocate", 16, ptr)]
+    assert inspect.signature(interop.NbrmmMemoryResource.allocate).parameters.keys() == {
+        "self", "size", "stream"
+    }
+    assert str(inspect.signature(interop.NbrmmMemoryResource.deallocate)) == (
+        "(self, /, ptr, size, *, stream)"
+    )
 
 
 def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core():

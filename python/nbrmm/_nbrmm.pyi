@@ -1404,57 +1404,10 @@ def _torch_outstanding() -> int:
 
 _torch_slot_count: int = 16
 
-def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: Callable[..., Any]) -> None:
+def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: Callable[..., Any]) -> tuple[types.MethodDescriptorType, types.MethodDescriptorType]:
     """
-    Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods use (done by nbrmm.interop at import).
+    Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods use (done by nbrmm.interop at import); returns the class's ``allocate`` and ``deallocate`` methods (written in src/cuda_core_adapter.cpp).
     """
-
-class _CudaCoreAdapterMethods:
-    """
-    The methods of nbrmm.interop.NbrmmMemoryResource (taken from here by that class).
-    """
-
-    def allocate(self, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> Any:
-        """
-        Allocate ``size`` bytes from the nbrmm resource, ordered on ``stream``.
-
-        Parameters
-        ----------
-        size : int
-            Bytes to allocate.
-        stream : cuda.core.Stream, cuda.core.graph.GraphBuilder or stream-like object
-            The stream the allocation is ordered on; the buffer's deallocation is ordered on it
-            too unless ``Buffer.close`` is given another.
-
-        Returns
-        -------
-        cuda.core.Buffer
-            The memory; its ``memory_resource`` is this object.
-
-        Raises
-        ------
-        TypeError, ValueError
-            If ``size`` is not an int in ``[0, 2**64)``, or ``stream`` is not stream-like
-            (nothing is allocated then).
-        MemoryError
-            If the nbrmm resource cannot allocate (``nbrmm.OutOfMemory`` when out of memory).
-        """
-
-    def deallocate(self, ptr: int, size: int, *, stream: nbrmm._typing.CudaStreamLike) -> None:
-        """
-        Give memory back to the nbrmm resource, ordered on ``stream``.
-
-        cuda.core calls this when a buffer from :meth:`allocate` is closed or collected.
-
-        Parameters
-        ----------
-        ptr : int
-            The buffer's pointer.
-        size : int
-            The buffer's size.
-        stream : cuda.core.Stream or stream-like object
-            The stream the deallocation is ordered on.
-        """
 
 class level_enum(enum.IntEnum):
     """

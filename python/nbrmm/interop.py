@@ -467,17 +467,15 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} attributes are read-only ({name})")
 
-    if TYPE_CHECKING:  # documented where they are written: src/cuda_core_adapter.cpp
+    if TYPE_CHECKING:
+        # Written in src/cuda_core_adapter.cpp (with their documentation) and set on the
+        # class below. Both run in C++ for a cuda.core Stream, int arguments and a
+        # resource whose allocate/deallocate are nbrmm's own; else in the general
+        # methods that follow.
 
         def allocate(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer: ...
 
         def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None: ...
-
-    else:
-        # Both run in C++ for a cuda.core Stream, int arguments and a resource whose
-        # allocate/deallocate are nbrmm's own; else in the general methods below.
-        allocate = _ext._CudaCoreAdapterMethods.allocate
-        deallocate = _ext._CudaCoreAdapterMethods.deallocate
 
     def _allocate_general(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
         """:meth:`allocate` for any arguments and resource (and every error)."""
@@ -530,7 +528,11 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         )
 
 
-_ext._cuda_core_adapter_setup(NbrmmMemoryResource, _CCStream, _from_handle)
+# The methods are CPython method descriptors of the class, made in C++ for it.
+_methods = _ext._cuda_core_adapter_setup(NbrmmMemoryResource, _CCStream, _from_handle)
+NbrmmMemoryResource.allocate = _methods[0]  # type: ignore[method-assign]
+NbrmmMemoryResource.deallocate = _methods[1]  # type: ignore[method-assign]
+del _methods
 
 
 def to_cuda_core_memory_resource(
