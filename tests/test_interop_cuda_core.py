@@ -451,6 +451,12 @@ def test_the_methods_take_their_arguments_as_python_would():
         with pytest.raises(TypeError, match=message):
             call()
     assert heap.live == {}
+    # On an instance whose __init__ never ran, they raise and touch nothing.
+    bare = interop.NbrmmMemoryResource.__new__(interop.NbrmmMemoryResource)
+    with pytest.raises(AttributeError):
+        bare.allocate(8, stream=LEGACY)
+    with pytest.raises(AttributeError):
+        bare.deallocate(0x1000, 8, stream=LEGACY)
     # Every argument may be given by keyword; the stream must be.
     adapter.allocate(size=16, stream=LEGACY).close()
     ptr = adapter.upstream_mr.allocate(16)
