@@ -152,11 +152,10 @@ bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t
     for (int i = 0; i < params.count && found < 0; ++i) {
       if (name == params.names[i]) { found = i; }
     }
-    for (int i = 0; i < params.count && found < 0; ++i) {  // a keyword not interned
-      if (PyUnicode_Compare(name, params.names[i]) == 0) { found = i; }
+    for (int i = 0; i < params.count && found < 0 && PyUnicode_Check(name); ++i) {
+      if (PyUnicode_Compare(name, params.names[i]) == 0) { found = i; }  // not interned
     }
     if (found < 0) {
-      PyErr_Clear();  // a non-str keyword compares as an error
       PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'",
                    params.function, name);
       return false;
