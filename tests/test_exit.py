@@ -137,10 +137,12 @@ def test_default_stream_gone():
         import weakref
         mr = testing.host_heap_resource()
         gone = weakref.ref(nbrmm.DEFAULT_STREAM)
-        for referrer in gc.get_referrers(nbrmm.DEFAULT_STREAM):
+        held = [nbrmm.DEFAULT_STREAM]  # not in a dict: the loop must not delete it
+        for referrer in gc.get_referrers(held[0]):
             if isinstance(referrer, dict):
-                for key in [k for k, v in referrer.items() if v is nbrmm.DEFAULT_STREAM]:
+                for key in [k for k, v in referrer.items() if v is held[0]]:
                     del referrer[key]
+        held.clear()
         gc.collect()
         assert gone() is None, gc.get_referrers(gone())
         buf = nbrmm.Buffer(0, mr=mr)
