@@ -13,7 +13,8 @@
 // the Memory and the MemoryPointer.
 //
 // Only CuPy's public API is used: BaseMemory's public attributes (`ptr`, `size`,
-// `device_id`) are set as attributes, the MemoryPointer is made by its constructor (CuPy's
+// `device_id`) are set as attributes (through the data descriptors that setattr would
+// call, found once, where every type that resolves them is immutable), the MemoryPointer is made by its constructor (CuPy's
 // kernel launcher accepts no subclass of it), and CuPy's current stream is read through
 // the functions its Cython modules export for `cimport` (`__pyx_capi__`):
 // `cupy_backends.cuda.stream.get_stream_ptr(device)` where this CuPy has it (one
@@ -58,6 +59,12 @@ struct cupy_api {
   PyObject* ptr_name{};             ///< "ptr", "size", "device_id" (interned)
   PyObject* size_name{};
   PyObject* device_name{};
+  /// BaseMemory's data descriptors of those attributes, where the types that resolve them
+  /// cannot change (then setting one is calling its __set__, as object.__setattr__
+  /// would); null: set through setattr.
+  PyObject* ptr_desc{};
+  PyObject* size_desc{};
+  PyObject* device_desc{};
   PyObject* zero{};
 };
 
@@ -176,15 +183,16 @@ PyObject* new_memory()
 /// Sets BaseMemory's public attributes of `mem`.
 void set_base_fields(PyObject* mem, void* ptr, std::size_t size, int device)
 {
-  auto set = [mem](PyObject* name, PyObject* value) {
+  auto set = [mem](PyObject* desc, PyObject* name, PyObject* value) {
     if (value == nullptr) { throw nb::python_error(); }
-    int const rc = PyObject_SetAttr(mem, name, value);
+    int const rc = desc != nullptr ? Py_TYPE(desc)->tp_descr_set(desc, mem, value)
+                                   : PyObject_SetAttr(mem, name, value);
     Py_DECREF(value);
     if (rc != 0) { throw nb::python_error(); }
   };
-  set(cupy->ptr_name, PyLong_FromVoidPtr(ptr));
-  set(cupy->size_name, PyLong_FromSize_t(size));
-  set(cupy->device_name, PyLong_FromLong(device));
+  set(cupy->ptr_desc, cupy->ptr_name, PyLong_FromVoidPtr(ptr));
+  set(cupy->size_desc, cupy->size_name, PyLong_FromSize_t(size));
+  set(cupy->device_desc, cupy->device_name, PyLong_FromLong(device));
 }
 
 /// A MemoryPointer to the start of `mem` (a reference this function steals).
@@ -219,14 +227,38 @@ void make_memory_type(cupy_api& api)
                                 {Py_tp_getset, memory_getset},
                                 {Py_tp_doc, const_cast<char*>(memory_doc)},
                                 {0, nullptr}};
-  static PyType_Spec spec{"nbrmm.allocators.cupy.Memory", 0, 0,
-                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
+  static PyType_Spec spec{
+    "nbrmm.allocators.cupy.Memory", 0, 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, slots};
   spec.basicsize =
     static_cast<int>(api.fields_off + static_cast<Py_ssize_t>(sizeof(memory_fields)));
   nb::object bases = nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(base)));
   PyObject* type   = PyType_FromSpecWithBases(&spec, bases.ptr());
   if (type == nullptr) { throw nb::python_error(); }
   api.memory_type = reinterpret_cast<PyTypeObject*>(type);
+}
+
+/// The data descriptor that `setattr(memory, name, value)` calls (object's setattr calls
+/// a data descriptor of the type before looking at any instance dict), when every type
+/// searched for it is immutable, so that it stays the one; else null. A new reference.
+PyObject* fixed_data_descriptor(PyTypeObject* type, PyObject* name)
+{
+  if (type->tp_setattro != PyObject_GenericSetAttr) { return nullptr; }
+  PyObject* mro = type->tp_mro;
+  if (mro == nullptr || !PyTuple_Check(mro)) { return nullptr; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if ((t->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) == 0 || t->tp_dict == nullptr) {
+      return nullptr;
+    }
+    PyObject* found = PyDict_GetItemWithError(t->tp_dict, name);  // borrowed
+    if (found == nullptr) {
+      if (PyErr_Occurred() != nullptr) { throw nb::python_error(); }
+      continue;
+    }
+    return Py_TYPE(found)->tp_descr_set != nullptr ? Py_NewRef(found) : nullptr;
+  }
+  return nullptr;
 }
 
 /// CuPy's C function `name` from `module.__pyx_capi__`, when its signature is `expected`
@@ -286,6 +318,9 @@ void cupy_learn(nb::handle memory_module, nb::handle stream_module, nb::handle b
     throw nb::python_error();
   }
   make_memory_type(*api);
+  api->ptr_desc    = fixed_data_descriptor(api->memory_type, api->ptr_name);
+  api->size_desc   = fixed_data_descriptor(api->memory_type, api->size_name);
+  api->device_desc = fixed_data_descriptor(api->memory_type, api->device_name);
   cupy = api.release();
 }
 
