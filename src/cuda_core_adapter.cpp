@@ -13,6 +13,7 @@
 #include "args.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
+#include "gil.hpp"
 #include "resource.hpp"
 
 #include <structmember.h>
@@ -36,8 +37,11 @@ struct adapter_types {
   PyObject* stream_kwnames{};    ///< ("stream",)
   PyObject* allocate_general{};    ///< "_allocate_general"
   PyObject* deallocate_general{};  ///< "_deallocate_general"
-  /// Where the adapter's `_core` slot lies in its instances (the offset its member
-  /// descriptor reports), or -1: then `_core` is read with getattr.
+  /// The adapter class's own member descriptor of its `_core` slot (strong), or null:
+  /// then `_core` is read with getattr. Read through it, the slot is read whatever a
+  /// subclass calls `_core`.
+  PyObject* core_member{};
+  /// Where that slot lies in the adapter's instances (the descriptor's offset), or -1.
   Py_ssize_t core_offset{-1};
 };
 
@@ -51,18 +55,19 @@ PyObject* fast_resource(PyObject* self)
     return nullptr;
   }
   PyObject* core = nullptr;
-#if !defined(Py_GIL_DISABLED)
-  if (types->core_offset >= 0) {
+  if (types->core_member != nullptr) {
     // The slot itself: what NbrmmMemoryResource.__init__ (or the exit's detach) stored
     // there, whatever a subclass calls `_core` (null where it was never stored).
+#if defined(Py_GIL_DISABLED)
+    core = Py_TYPE(types->core_member)->tp_descr_get(types->core_member, self, types->adapter);
+#else
     core = Py_XNewRef(*reinterpret_cast<PyObject**>(reinterpret_cast<char*>(self) +
                                                    types->core_offset));
-  } else
 #endif
-  {
+  } else {
     core = PyObject_GetAttr(self, types->core_name);
-    if (core == nullptr) { PyErr_Clear(); }
   }
+  if (core == nullptr) { PyErr_Clear(); }
   if (core == nullptr) { return nullptr; }
   if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
     Py_DECREF(core);
@@ -71,24 +76,29 @@ PyObject* fast_resource(PyObject* self)
   return core;
 }
 
-/// The offset of `adapter`'s `_core` slot (an object slot of the class itself), or -1.
-Py_ssize_t core_slot_offset(PyObject* adapter, PyObject* name)
+/// `adapter`'s own member descriptor of its object slot `name` (a new reference), with the
+/// slot's offset, or null (no Python error set).
+PyObject* own_slot(PyObject* adapter, PyObject* name, Py_ssize_t& offset)
 {
-  PyObject* dict = reinterpret_cast<PyTypeObject*>(adapter)->tp_dict;
+  PyObject* dict  = reinterpret_cast<PyTypeObject*>(adapter)->tp_dict;
   PyObject* found = dict != nullptr ? PyDict_GetItemWithError(dict, name) : nullptr;  // borrowed
   if (found == nullptr) {
     PyErr_Clear();
-    return -1;
+    return nullptr;
   }
-  if (!Py_IS_TYPE(found, &PyMemberDescr_Type)) { return -1; }
+  if (!Py_IS_TYPE(found, &PyMemberDescr_Type) ||
+      PyDescr_TYPE(found) != reinterpret_cast<PyTypeObject*>(adapter)) {
+    return nullptr;
+  }
   PyMemberDef const* member = reinterpret_cast<PyMemberDescrObject*>(found)->d_member;
 #if PY_VERSION_HEX >= 0x030C0000
   int const object_ex = Py_T_OBJECT_EX;
 #else
   int const object_ex = T_OBJECT_EX;
 #endif
-  if (member == nullptr || member->type != object_ex || member->offset <= 0) { return -1; }
-  return member->offset;
+  if (member == nullptr || member->type != object_ex || member->offset <= 0) { return nullptr; }
+  offset = member->offset;
+  return Py_NewRef(found);
 }
 
 /// The handle of a cuda.core Stream (`__cuda_stream__()[1]`), or false where it has none
@@ -189,6 +199,31 @@ void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::
 
 PyObject* interned(char const* text) { return PyUnicode_InternFromString(text); }
 
+/// Sorts the arguments of `params` (see sort_arguments) and checks that each was given;
+/// false with a TypeError (or MemoryError) set otherwise.
+bool required_arguments(parameters const& params, PyObject* const* args, Py_ssize_t nargsf,
+                        PyObject* kwnames, PyObject** slots) noexcept
+{
+  for (int i = 0; i < params.count; ++i) {
+    if (params.names[i] == nullptr) {  // interning them failed: out of memory
+      PyErr_NoMemory();
+      return false;
+    }
+  }
+  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
+    return false;
+  }
+  for (int i = 0; i < params.count; ++i) {
+    if (slots[i] == nullptr) {
+      PyErr_Format(PyExc_TypeError, "%s() missing 1 required %s argument: '%S'",
+                   params.function, i < params.positional ? "positional" : "keyword-only",
+                   params.names[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
 /// allocate(self, size, *, stream)
 PyObject* allocate_method(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
                           PyObject* kwnames) noexcept
@@ -196,12 +231,14 @@ PyObject* allocate_method(PyObject* self, PyObject* const* args, Py_ssize_t narg
   static PyObject* const names[] = {interned("size"), interned("stream")};
   static parameters const params{"allocate", names, 2, 1};
   PyObject* slots[2];
-  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
-    return nullptr;
-  }
-  if (slots[0] == nullptr || slots[1] == nullptr) {
-    PyErr_Format(PyExc_TypeError, "allocate() missing required %s",
-                 slots[0] == nullptr ? "argument 'size'" : "keyword-only argument 'stream'");
+  if (!required_arguments(params, args, nargsf, kwnames, slots)) { return nullptr; }
+  // The call runs Python code (cuda.core's, or the general path): counted as a call into
+  // Python, so that interpreter exit waits for it to end (see gil.hpp); once exit began,
+  // other threads are refused.
+  gil_acquire const python;
+  if (!python.ok()) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
     return nullptr;
   }
   try {
@@ -219,16 +256,9 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   static PyObject* const names[] = {interned("ptr"), interned("size"), interned("stream")};
   static parameters const params{"deallocate", names, 3, 2};
   PyObject* slots[3];
-  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
-    return nullptr;
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (slots[i] == nullptr) {
-      PyErr_Format(PyExc_TypeError, "deallocate() missing required %sargument '%S'",
-                   i == 2 ? "keyword-only " : "", names[i]);
-      return nullptr;
-    }
-  }
+  if (!required_arguments(params, args, nargsf, kwnames, slots)) { return nullptr; }
+  gil_acquire const python;  // as in allocate_method
+  if (!python.ok()) { Py_RETURN_NONE; }  // at exit: nothing is freed then (as by cuda.core)
   try {
     cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
     Py_RETURN_NONE;
@@ -292,7 +322,8 @@ void release_cuda_core_adapter() noexcept
 {
   adapter_types* t = std::exchange(types, nullptr);
   if (t == nullptr) { return; }
-  for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->cuda_stream_name,
+  for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->core_member,
+                      t->cuda_stream_name,
                       t->stream_kwnames, t->allocate_general, t->deallocate_general}) {
     Py_XDECREF(o);
   }
@@ -323,7 +354,9 @@ void bind_cuda_core_adapter(nb::module_& m)
       t->deallocate_general = PyUnicode_InternFromString("_deallocate_general");
       release_cuda_core_adapter();
       types = t;
-      if (t->core_name != nullptr) { t->core_offset = core_slot_offset(t->adapter, t->core_name); }
+      if (t->core_name != nullptr) {
+        t->core_member = own_slot(t->adapter, t->core_name, t->core_offset);
+      }
       if (t->core_name == nullptr || t->cuda_stream_name == nullptr ||
           t->stream_kwnames == nullptr || t->allocate_general == nullptr ||
           t->deallocate_general == nullptr) {

@@ -436,15 +436,15 @@ def test_the_methods_take_their_arguments_as_python_would():
     # mistake is a TypeError naming the method, and nothing is allocated or freed.
     heap, adapter = host_adapter()
     cases = [
-        (lambda: adapter.allocate(8), r"allocate\(\) missing required keyword-only argument 'stream'"),
-        (lambda: adapter.allocate(stream=LEGACY), r"allocate\(\) missing required argument 'size'"),
+        (lambda: adapter.allocate(8), r"allocate\(\) missing 1 required keyword-only argument: 'stream'"),
+        (lambda: adapter.allocate(stream=LEGACY), r"allocate\(\) missing 1 required positional argument: 'size'"),
         (lambda: adapter.allocate(8, LEGACY), r"allocate\(\) takes at most 1 positional argument \(size\), 2 were given"),
         (lambda: adapter.allocate(8, stream=LEGACY, size=8), "multiple values for argument 'size'"),
         (lambda: adapter.allocate(8, stream=LEGACY, mr=None), "unexpected keyword argument 'mr'"),
         (lambda: adapter.allocate(8, **{"stream": LEGACY, "x" * 3: 1}), "unexpected keyword argument 'xxx'"),
-        (lambda: adapter.deallocate(0x1000, 8), r"deallocate\(\) missing required keyword-only argument 'stream'"),
-        (lambda: adapter.deallocate(0x1000, stream=LEGACY), r"deallocate\(\) missing required argument 'size'"),
-        (lambda: adapter.deallocate(size=8, stream=LEGACY), r"deallocate\(\) missing required argument 'ptr'"),
+        (lambda: adapter.deallocate(0x1000, 8), r"deallocate\(\) missing 1 required keyword-only argument: 'stream'"),
+        (lambda: adapter.deallocate(0x1000, stream=LEGACY), r"deallocate\(\) missing 1 required positional argument: 'size'"),
+        (lambda: adapter.deallocate(size=8, stream=LEGACY), r"deallocate\(\) missing 1 required positional argument: 'ptr'"),
         (lambda: adapter.deallocate(0x1000, 8, LEGACY), r"takes at most 2 positional arguments \(ptr, size\), 3 were given"),
     ]
     for call, message in cases:
@@ -1148,6 +1148,58 @@ def test_exit_while_threads_allocate_through_both_sides():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "exiting"
     assert "leaked" not in out.stderr and "Fatal" not in out.stderr, out.stderr
+
+
+def test_exit_while_threads_allocate_through_the_general_path():
+    # The adapter's methods run Python (cuda.core's, and the general path's: here an nbrmm
+    # stream and a resource written in Python). Exit waits for calls under way and refuses
+    # new ones from other threads, so CPython never ends a thread inside them (which
+    # aborted the process: "exception not rethrown"). Several runs: the race is timing's.
+    code = f"""
+        import sys, threading, time
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        import cuda.core as cc, nbrmm, nbrmm.mr, nbrmm.interop as interop
+        from helpers import HostHeap
+
+        class Mine(nbrmm.mr.DeviceMemoryResource):
+            def __init__(self):
+                super().__init__()
+                self.heap = HostHeap()
+            def allocate(self, n, stream=None):
+                return self.heap.allocate(n, stream)
+            def deallocate(self, p, n, stream=None):
+                self.heap.deallocate(p, n, stream)
+
+        props = dict(is_device_accessible=False, is_host_accessible=True)
+        pairs = [(interop.to_cuda_core_memory_resource(HostHeap().resource(), **props),
+                  nbrmm.DEFAULT_STREAM),
+                 (interop.to_cuda_core_memory_resource(Mine(), **props),
+                  cc.LEGACY_DEFAULT_STREAM)]
+        started = threading.Semaphore(0)
+
+        def churn(adapter, stream):
+            first = True
+            while True:
+                try:
+                    adapter.allocate(64, stream=stream).close()
+                except RuntimeError:  # the interpreter is shutting down
+                    pass
+                if first:
+                    started.release()
+                    first = False
+
+        for adapter, stream in pairs * 2:
+            threading.Thread(target=churn, args=(adapter, stream), daemon=True).start()
+        for _ in range(4):
+            started.acquire(timeout=30)
+        time.sleep(0.05)
+        print("exiting")
+        """
+    for _ in range(6):
+        out = run_python(code)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "exiting"
+        assert "leaked" not in out.stderr and "FATAL" not in out.stderr, out.stderr
 
 
 def test_after_exit_the_adapter_lets_go_of_nbrmm():
