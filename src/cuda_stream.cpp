@@ -9,6 +9,7 @@
 #include <rmm/cuda_stream.hpp>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace nbrmm {
@@ -43,6 +44,15 @@ cudaStream_t handle_from_int(nb::handle value, char const* param)
 /// for each).
 bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool constructing = false)
 {
+  // The object's attributes are Python code: counted as a call into Python, so that
+  // interpreter exit waits for it to end, and refused on other threads once exit began
+  // (CPython would end the thread inside it, through C++ frames: see gil.hpp).
+  gil_acquire const python;
+  if (!python.ok()) {
+    throw std::runtime_error(std::string{param} +
+                             ": the interpreter is shutting down: streams of other "
+                             "libraries are no longer read");
+  }
   if (nb::hasattr(obj, "__cuda_stream__")) {
     nb::object proto = obj.attr("__cuda_stream__")();
     if (!nb::isinstance<nb::tuple>(proto) || nb::len(proto) != 2) {

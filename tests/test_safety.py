@@ -538,6 +538,44 @@ def test_exit_with_threads_allocating_is_clean(make):
         assert "terminate called" not in out.stderr and "nanobind: leaked" not in out.stderr
 
 
+EXIT_WITH_FOREIGN_STREAMS = """
+import threading, time, sys
+sys.path.insert(0, {tests!r})
+import nbrmm
+from extensions import testing
+res = testing.host_heap_resource()
+class Foreign:  # a stream of another library: reading it runs Python
+    def __cuda_stream__(self):
+        time.sleep(0)  # hands the GIL over, and takes it back
+        return (0, 0)
+def work():
+    stream = Foreign()
+    while True:
+        try:
+            nbrmm.Buffer(100, mr=res, stream=stream)
+            res.deallocate(res.allocate(64, stream), 64, stream)
+        except RuntimeError:  # the interpreter is shutting down
+            pass
+for _ in range(3):
+    threading.Thread(target=work, daemon=True).start()
+time.sleep(0.05)
+print("exiting")
+"""
+
+
+def test_exit_with_threads_reading_foreign_streams_is_clean():
+    # Reading another library's stream runs Python from inside nbrmm's C++: exit waits for
+    # such reads and refuses new ones on other threads, so that CPython never ends a
+    # thread inside them (which aborted the process).
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    for _ in range(6):
+        out = run_python(EXIT_WITH_FOREIGN_STREAMS.format(tests=tests), timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "exiting"
+        assert "terminate called" not in out.stderr and "FATAL" not in out.stderr
+        assert "nanobind: leaked" not in out.stderr
+
+
 # --------------------------------------------------------------------------------------
 # 7. Exceptions from Python callbacks reach the caller as themselves
 # --------------------------------------------------------------------------------------
