@@ -127,6 +127,12 @@ bool bool_arg(nb::handle obj, char const* param)
 bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
                     PyObject* kwnames, PyObject** slots) noexcept
 {
+  for (int i = 0; i < params.count; ++i) {
+    if (params.names[i] == nullptr) {  // interning the names failed: out of memory
+      PyErr_NoMemory();
+      return false;
+    }
+  }
   Py_ssize_t const nargs = PyVectorcall_NARGS(nargsf);
   if (nargs > params.positional) {
     try {

@@ -71,7 +71,8 @@ struct parameters {
 
 /// Sorts a vectorcall's arguments into `slots` (one per parameter, in order; those not
 /// given stay null). Returns false with a TypeError set, as Python words it, for too many
-/// positional arguments or an unknown or repeated keyword.
+/// positional arguments or an unknown or repeated keyword (a MemoryError where a name in
+/// `params` is null: interning it failed).
 bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
                     PyObject* kwnames, PyObject** slots) noexcept;
 

@@ -67,8 +67,10 @@ PyObject* fast_resource(PyObject* self)
   } else {
     core = PyObject_GetAttr(self, types->core_name);
   }
-  if (core == nullptr) { PyErr_Clear(); }
-  if (core == nullptr) { return nullptr; }
+  if (core == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
   if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
     Py_DECREF(core);
     return nullptr;
@@ -204,12 +206,6 @@ PyObject* interned(char const* text) { return PyUnicode_InternFromString(text); 
 bool required_arguments(parameters const& params, PyObject* const* args, Py_ssize_t nargsf,
                         PyObject* kwnames, PyObject** slots) noexcept
 {
-  for (int i = 0; i < params.count; ++i) {
-    if (params.names[i] == nullptr) {  // interning them failed: out of memory
-      PyErr_NoMemory();
-      return false;
-    }
-  }
   if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
     return false;
   }

@@ -14,11 +14,12 @@
 //
 // Only CuPy's public API is used: BaseMemory's public attributes (`ptr`, `size`,
 // `device_id`) are set as attributes (through the data descriptors that setattr would
-// call, found once, where every type that resolves them is immutable), the MemoryPointer is made by its constructor (CuPy's
-// kernel launcher accepts no subclass of it), and CuPy's current stream is read through
-// the functions its Cython modules export for `cimport` (`__pyx_capi__`):
-// `cupy_backends.cuda.stream.get_stream_ptr(device)` where this CuPy has it (one
-// thread-local read for a known device), else `cupy.cuda.stream.get_current_stream_ptr`.
+// call, found once, where every type that resolves them is immutable), the MemoryPointer
+// is made by its constructor (CuPy's kernel launcher accepts no subclass of it), and
+// CuPy's current stream is read through the functions its Cython modules export for
+// `cimport` (`__pyx_capi__`): `cupy_backends.cuda.stream.get_stream_ptr(device)` where
+// this CuPy has it (one thread-local read for a known device), else
+// `cupy.cuda.stream.get_current_stream_ptr`.
 #include "hooks.hpp"
 
 #include <structmember.h>
