@@ -37,8 +37,22 @@ bool reacquiring() noexcept
   unsigned long const gone = departures.load();
   return arrivals.load() != gone;
 }
-/// Calls from C++ into Python in progress (gil_acquire scopes that took or hold the GIL).
+/// Calls from C++ into Python in progress: gil_acquire scopes that took the GIL
+/// (python_calls) and scopes begun by a thread that held it (calls_with_gil). With the GIL
+/// enabled, only threads holding the GIL change calls_with_gil, so it needs no atomic
+/// read-modify-write (as departures); begin_exit reads both with the GIL held.
 std::atomic<int> python_calls{0};
+std::atomic<int> calls_with_gil{0};
+
+void count_call_with_gil(int change) noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  calls_with_gil.fetch_add(change);
+#else
+  calls_with_gil.store(calls_with_gil.load(std::memory_order_relaxed) + change,
+                       std::memory_order_relaxed);
+#endif
+}
 
 bool finalizing() noexcept
 {
@@ -85,7 +99,7 @@ void begin_exit() noexcept
   // once the interpreter finalizes is unwound through the C++ frames below it. Give them
   // the GIL until none is left (bounded: exit must not hang on a thread that never comes).
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-  while ((reacquiring() || python_calls.load() > 0) &&
+  while ((reacquiring() || python_calls.load() > 0 || calls_with_gil.load() > 0) &&
          std::chrono::steady_clock::now() < deadline) {
     Py_BEGIN_ALLOW_THREADS std::this_thread::sleep_for(std::chrono::milliseconds{1});
     Py_END_ALLOW_THREADS
@@ -96,7 +110,7 @@ gil_acquire::gil_acquire() noexcept
 {
   if (holds_gil()) {
     if (locked_out()) { return; }
-    python_calls.fetch_add(1);
+    count_call_with_gil(1);
     ok_ = true;
     return;
   }
@@ -115,9 +129,15 @@ gil_acquire::gil_acquire() noexcept
 gil_acquire::~gil_acquire()
 {
   if (!ok_) { return; }
+  if (!taken_) {
+    // The GIL is held again here (the scope began with it), unless the interpreter is
+    // unwinding this thread at exit, when the count no longer matters.
+    count_call_with_gil(-1);
+    return;
+  }
   // Without the GIL here, the interpreter is unwinding this thread at exit: its thread
   // state is no longer this thread's to release.
-  if (taken_ && holds_gil()) { PyGILState_Release(state_); }
+  if (holds_gil()) { PyGILState_Release(state_); }
   python_calls.fetch_sub(1);
 }
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,17 +40,62 @@ struct raw_allocation {
   int device;
 };
 
+#if defined(Py_GIL_DISABLED)
 std::mutex& raw_mutex()
 {
   static auto* m = new std::mutex;  // never destroyed: frees may come at exit
   return *m;
 }
+#endif
 
-std::unordered_map<std::uintptr_t, raw_allocation>& raw_allocations()
+/// Held while raw_allocations() is used. Every use holds the GIL (and keeps it until the
+/// scope ends), which serialises them where the GIL is enabled; free-threaded builds lock
+/// a mutex.
+class raw_lock {
+#if defined(Py_GIL_DISABLED)
+  std::lock_guard<std::mutex> lock_{raw_mutex()};
+#endif
+};
+
+using raw_map = std::unordered_map<std::uintptr_t, raw_allocation>;
+
+raw_map& raw_allocations()
 {
-  static auto* map = new std::unordered_map<std::uintptr_t, raw_allocation>;
+  static auto* map = new raw_map;
   return *map;
 }
+
+/// Nodes of raw_allocations() kept for reuse (under raw_lock), so that recording an
+/// allocation and forgetting it cost no heap allocation in the common case.
+class spare_nodes {
+ public:
+  /// A node to reuse (its key and record to be overwritten), or an empty one.
+  static raw_map::node_type take() noexcept
+  {
+    kept* k = list();
+    if (k == nullptr || k->count == 0) { return {}; }
+    return std::move(k->nodes[--k->count]);
+  }
+
+  /// Keeps `node` (its record moved out) for reuse while there is room.
+  static void give(raw_map::node_type&& node) noexcept
+  {
+    kept* k = list();
+    if (k != nullptr && k->count < limit) { k->nodes[k->count++] = std::move(node); }
+  }
+
+ private:
+  static constexpr std::size_t limit = 64;
+  struct kept {
+    raw_map::node_type nodes[limit];
+    std::size_t count = 0;
+  };
+  static kept* list() noexcept
+  {
+    static kept* const k = new (std::nothrow) kept;  // never destroyed: frees come at exit
+    return k;
+  }
+};
 
 std::string hex(std::uintptr_t p)
 {
@@ -78,9 +124,17 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   raw_allocation stale{nullptr, nullptr, block{}, 0, 0, -1};
   try {
     raw_allocation record{self.ptr(), r.shared(), b, n, alignment, r.device};
-    std::lock_guard lock{raw_mutex()};
-    auto [it, inserted] = raw_allocations().try_emplace(key, std::move(record));
-    if (!inserted) { stale = std::exchange(it->second, std::move(record)); }
+    raw_lock const lock;
+    auto& map = raw_allocations();
+    if (auto it = map.find(key); it != map.end()) {
+      stale = std::exchange(it->second, std::move(record));
+    } else if (raw_map::node_type node = spare_nodes::take(); !node.empty()) {
+      node.key()    = key;
+      node.mapped() = std::move(record);
+      map.insert(std::move(node));
+    } else {
+      map.try_emplace(key, std::move(record));
+    }
   } catch (...) {
     {
       gil_release release;
@@ -101,7 +155,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
   check_reentry(self, "deallocate");
   raw_allocation a{};
   {
-    std::lock_guard lock{raw_mutex()};
+    raw_lock const lock;
     auto& map = raw_allocations();
     auto it   = map.find(ptr);
     if (it == map.end()) {
@@ -132,8 +186,9 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
                              std::to_string(alignment))
                               .c_str());
     }
-    a = std::move(it->second);
-    map.erase(it);
+    raw_map::node_type node = map.extract(it);
+    a                       = std::move(node.mapped());
+    spare_nodes::give(std::move(node));
   }
   {
     gil_release release;
@@ -147,7 +202,7 @@ namespace {
 /// The number of outstanding raw allocations of `self` (for tests).
 std::size_t raw_outstanding(nb::handle self)
 {
-  std::lock_guard lock{raw_mutex()};
+  raw_lock const lock;
   std::size_t count = 0;
   for (auto const& [ptr, a] : raw_allocations()) {
     if (a.owner == self.ptr()) { ++count; }
@@ -161,7 +216,7 @@ void release_raw_allocation_owners() noexcept
 {
   std::vector<PyObject*> owners;
   {
-    std::lock_guard lock{raw_mutex()};
+    raw_lock const lock;
     for (auto& [ptr, a] : raw_allocations()) {
       if (a.owner != nullptr) {
         try {

@@ -373,6 +373,34 @@ def test_raw_allocations_keep_their_resource_alive():
     assert ref() is None and heap.bytes_in_use == 0
 
 
+
+def test_raw_records_stay_exact_over_many_allocations_and_frees():
+    # Records are reused once freed: after hundreds of them, each pointer still belongs
+    # to its own resource, with its own size, exactly once.
+    heap_a, heap_b = HostHeap(), HostHeap()
+    a, b = heap_a.resource(), heap_b.resource()
+    live = {}
+    for round_ in range(3):
+        for i in range(150):
+            res, n = (a, 64 + i) if i % 3 else (b, 32 + i)
+            live[res.allocate(n)] = (res, n)
+        for ptr in list(live)[round_::2]:
+            res, n = live.pop(ptr)
+            other = b if res is a else a
+            with pytest.raises(ValueError, match="another resource"):
+                other.deallocate(ptr, n)
+            with pytest.raises(ValueError, match="nbytes"):
+                res.deallocate(ptr, n + 1)
+            res.deallocate(ptr, n)
+            with pytest.raises(ValueError, match="already freed"):
+                res.deallocate(ptr, n)
+        assert nbrmm._nbrmm._raw_outstanding(a) == sum(r is a for r, _ in live.values())
+        assert nbrmm._nbrmm._raw_outstanding(b) == sum(r is b for r, _ in live.values())
+    for ptr, (res, n) in live.items():
+        res.deallocate(ptr, n)
+    assert nbrmm._nbrmm._raw_outstanding(a) == nbrmm._nbrmm._raw_outstanding(b) == 0
+    assert heap_a.bytes_in_use == heap_b.bytes_in_use == 0
+
 # --------------------------------------------------------------------------------------
 # 4. A resource never becomes its own upstream
 # --------------------------------------------------------------------------------------
