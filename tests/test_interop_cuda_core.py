@@ -383,6 +383,32 @@ def test_deallocate_rejects_bad_arguments_naming_them():
     assert heap.live == {}
 
 
+def test_deallocate_checks_its_arguments_before_a_resource_in_python_sees_them():
+    # A resource written in Python may take anything: the adapter refuses a bad pointer
+    # or size itself, naming it, and the resource is never called.
+    rec = Recorder()
+    _, adapter = host_adapter(mr=rec)
+    buf = adapter.allocate(16, stream=LEGACY)
+    ptr = int(buf.handle)
+    for bad_ptr, bad_size, error, name in [
+        (ptr, "16", TypeError, "size"),
+        (ptr, 16.0, TypeError, "size"),
+        (ptr, True, TypeError, "size"),
+        (ptr, -1, ValueError, "size"),
+        (ptr, 2**64, ValueError, "size"),
+        (str(ptr), 16, TypeError, "ptr"),
+        (True, 16, TypeError, "ptr"),
+        (-1, 16, ValueError, "ptr"),
+        (2**64, 16, ValueError, "ptr"),
+    ]:
+        with pytest.raises(error, match=name):
+            adapter.deallocate(bad_ptr, bad_size, stream=LEGACY)
+    assert [call for call, _ in rec.log] == ["allocate"]
+    buf.close()
+    assert [call for call, _ in rec.log] == ["allocate", "deallocate"]
+    assert rec.heap.live == {}
+
+
 def test_the_c_path_serves_nbrmm_resources_and_frees_each_allocation_once():
     # allocate/deallocate run in C++ for a cuda.core Stream, int arguments and a resource
     # whose allocate/deallocate are nbrmm's own: each allocation is recorded with the

@@ -501,18 +501,16 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
 
     def _deallocate_general(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
         """:meth:`deallocate` for any arguments and resource (and every error)."""
+        # Checked here, not left to the resource: one written in Python may take anything.
+        _check_ptr(ptr)
+        size = _check_size(size)
         # cuda.core passes a new Stream object for the stream it recorded: look up its
         # handle (the default streams' are there from the start).
         try:
             nb_stream = _nb_by_handle[stream.__cuda_stream__()[1]]
         except Exception:  # noqa: BLE001 - not cached yet, or not a stream: checked there
             nb_stream = _nb_stream(stream)
-        try:
-            self._deallocate(ptr, size, nb_stream)
-        except (TypeError, ValueError):
-            _check_ptr(ptr)
-            _check_size(size)
-            raise
+        self._deallocate(ptr, size, nb_stream)
 
     def _streams(self, stream: CudaStreamLike) -> tuple[_cc.Stream, _nbrmm.Stream]:
         """(the stream for cuda.core, the stream for nbrmm) of an ``allocate`` call."""
