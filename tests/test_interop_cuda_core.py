@@ -403,10 +403,37 @@ def test_deallocate_checks_its_arguments_before_a_resource_in_python_sees_them()
     ]:
         with pytest.raises(error, match=name):
             adapter.deallocate(bad_ptr, bad_size, stream=LEGACY)
+    for bad_size, error in [(-1, ValueError), (2**64, ValueError), ("16", TypeError),
+                            (True, TypeError), (16.0, TypeError)]:
+        with pytest.raises(error, match="size"):
+            adapter.allocate(bad_size, stream=LEGACY)
     assert [call for call, _ in rec.log] == ["allocate"]
     buf.close()
     assert [call for call, _ in rec.log] == ["allocate", "deallocate"]
     assert rec.heap.live == {}
+
+
+def test_deallocate_takes_integer_types_as_allocate_does():
+    # NumPy integers and int subclasses are pointers and sizes too; the resource sees ints.
+    np = pytest.importorskip("numpy")
+
+    class Int(int):
+        pass
+
+    rec = Recorder()
+    _, adapter = host_adapter(mr=rec)
+    bufs = [adapter.allocate(np.uint64(16), stream=LEGACY), adapter.allocate(Int(8), stream=LEGACY)]
+    assert sorted(rec.heap.live.values()) == [8, 16]
+    for b in bufs:
+        b.close()
+    p, q = (rec.allocate(n, nbrmm.DEFAULT_STREAM) for n in (16, 8))
+    adapter.deallocate(np.uint64(p), np.int64(16), stream=LEGACY)
+    adapter.deallocate(Int(q), Int(8), stream=LEGACY)
+    assert rec.heap.live == {}
+    heap, plain = host_adapter()
+    r = plain.upstream_mr.allocate(32)
+    plain.deallocate(np.uint64(r), np.uint32(32), stream=LEGACY)
+    assert heap.live == {}
 
 
 def test_the_c_path_serves_nbrmm_resources_and_frees_each_allocation_once():

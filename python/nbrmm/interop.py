@@ -170,11 +170,17 @@ def _check_size(size: SupportsIndex, param: str = "size") -> int:
     return size
 
 
-def _check_ptr(ptr: int) -> None:
-    if isinstance(ptr, bool) or not isinstance(ptr, int):
-        raise TypeError(f"ptr: expected the pointer as an int, got {_type_name(ptr)}")
+def _check_ptr(ptr: SupportsIndex) -> int:
+    """``ptr`` as an int (a pointer value in ``[0, 2**64)``), or the error for it."""
+    if isinstance(ptr, bool):
+        raise TypeError("ptr: expected the pointer as an int, got bool")
+    try:
+        ptr = _operator.index(ptr)  # an int exactly, also for int subclasses and NumPy's
+    except TypeError:
+        raise TypeError(f"ptr: expected the pointer as an int, got {_type_name(ptr)}") from None
     if not 0 <= ptr < 1 << 64:
         raise ValueError(f"ptr: not a pointer value: {ptr}")
+    return ptr
 
 
 # --------------------------------------------------------------------------------------
@@ -479,8 +485,8 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
 
     def _allocate_general(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
         """:meth:`allocate` for any arguments and resource (and every error)."""
-        if type(size) is not int:
-            size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
+        # Checked here, not left to the resource: one written in Python may take anything.
+        size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
         if stream is _LEGACY:
             nb_stream = _NB_LEGACY
         elif type(stream) is _CCStream:
@@ -490,11 +496,7 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
                 nb_stream = _nb_stream(stream)
         else:
             stream, nb_stream = self._streams(stream)
-        try:
-            ptr = self._allocate(size, nb_stream)
-        except ValueError:
-            _check_size(size)  # a size out of range is reported as such
-            raise  # the resource's own error
+        ptr = self._allocate(size, nb_stream)
         # The arguments are valid, so the Buffer takes the memory: should anything fail
         # after that, dropping the Buffer frees it through deallocate.
         return _from_handle(ptr, size, self, stream=stream)
@@ -502,7 +504,7 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
     def _deallocate_general(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
         """:meth:`deallocate` for any arguments and resource (and every error)."""
         # Checked here, not left to the resource: one written in Python may take anything.
-        _check_ptr(ptr)
+        ptr = _check_ptr(ptr)
         size = _check_size(size)
         # cuda.core passes a new Stream object for the stream it recorded: look up its
         # handle (the default streams' are there from the start).
