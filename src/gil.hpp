@@ -25,9 +25,13 @@ inline bool holds_gil() noexcept
 #if PY_VERSION_HEX >= 0x030D0000
   return PyThreadState_GetUnchecked() != nullptr;
 #elif PY_VERSION_HEX >= 0x030C0000
-  return _PyThreadState_UncheckedGet() != nullptr;
+  return _PyThreadState_UncheckedGet() != nullptr;  // this thread's
 #else
-  return PyGILState_Check() != 0;
+  // 3.11's current thread state is the process's (whichever thread holds the GIL): it is
+  // this thread's own. (Not PyGILState_Check, which says yes on every thread once any
+  // subinterpreter has existed.)
+  PyThreadState* const current = _PyThreadState_UncheckedGet();
+  return current != nullptr && current == PyGILState_GetThisThreadState();
 #endif
 }
 

@@ -48,9 +48,9 @@ std::mutex& raw_mutex()
 }
 #endif
 
-/// Held while raw_allocations() is used. Every use holds the GIL (and keeps it until the
-/// scope ends), which serialises them where the GIL is enabled; free-threaded builds lock
-/// a mutex.
+/// Held while raw_allocations() is used. Every use holds the GIL and runs no Python code
+/// until the scope ends (nothing in it may release the GIL or call back into nbrmm),
+/// which serialises them where the GIL is enabled; free-threaded builds lock a mutex.
 class raw_lock {
 #if defined(Py_GIL_DISABLED)
   std::lock_guard<std::mutex> lock_{raw_mutex()};
@@ -154,7 +154,11 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
   if (ptr == 0 && n == 0) { return; }
   check_reentry(self, "deallocate");
   raw_allocation a{};
+  nb::object other;  // the resource object that allocated `ptr`, when it is another's
+  bool foreign = false;
   {
+    // No Python code runs in this scope (see raw_lock): the error naming another
+    // resource's class is worded after it.
     raw_lock const lock;
     auto& map = raw_allocations();
     auto it   = map.find(ptr);
@@ -164,31 +168,32 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
                              "allocated, or already freed)")
                               .c_str());
     }
-    if (it->second.owner != self.ptr() &&
-        !(r.res.has_value() && unwrap(*it->second.res) == unwrap(r.res))) {
-      nb::handle other = it->second.owner;
-      throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
-                             (other.is_valid()
-                                ? std::string{" ("} + nb::type_name(other.type()).c_str() + ")"
-                                : std::string{})
-                             )
-                              .c_str());
-    }
-    if (it->second.bytes != n) {
+    foreign = it->second.owner != self.ptr() &&
+              !(r.res.has_value() && unwrap(*it->second.res) == unwrap(r.res));
+    if (foreign) {
+      other = nb::borrow(it->second.owner);  // (null after exit)
+    } else if (it->second.bytes != n) {
       throw nb::value_error(("nbytes: " + hex(ptr) + " was allocated with " +
                              std::to_string(it->second.bytes) + " bytes, not " +
                              std::to_string(n))
                               .c_str());
-    }
-    if (it->second.alignment != alignment) {
+    } else if (it->second.alignment != alignment) {
       throw nb::value_error(("alignment: " + hex(ptr) + " was allocated with alignment " +
                              std::to_string(it->second.alignment) + ", not " +
                              std::to_string(alignment))
                               .c_str());
+    } else {
+      raw_map::node_type node = map.extract(it);
+      a                       = std::move(node.mapped());
+      spare_nodes::give(std::move(node));
     }
-    raw_map::node_type node = map.extract(it);
-    a                       = std::move(node.mapped());
-    spare_nodes::give(std::move(node));
+  }
+  if (foreign) {
+    throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
+                           (other.is_valid()
+                              ? std::string{" ("} + nb::type_name(other.type()).c_str() + ")"
+                              : std::string{}))
+                            .c_str());
   }
   {
     gil_release release;

@@ -48,6 +48,18 @@ for sub_code in {[template.format(load) for load in loads]!r}:
     interpreters.destroy(sub)
 buf = nbrmm.Buffer(10, mr=mr)
 assert buf.stream is nbrmm.DEFAULT_STREAM and buf.size == 10 and buf.mr is mr
+# Resources that call Python from C++ still take the GIL for it (3.11's PyGILState_Check
+# says every thread holds it once a subinterpreter has existed).
+from helpers import HostHeap
+heap = HostHeap()
+callbacks = heap.resource()
+pool = nbrmm.mr.PoolMemoryResource(callbacks, initial_pool_size=1 << 16)
+for res in (callbacks, pool):
+    p = res.allocate(64)
+    res.deallocate(p, 64)
+    nbrmm.Buffer(64, mr=res).close()
+del pool, res
+assert heap.bytes_in_use == 0, heap.live
 print("main still works")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

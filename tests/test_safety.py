@@ -374,6 +374,54 @@ def test_raw_allocations_keep_their_resource_alive():
 
 
 
+NAMING_RUNS_PYTHON = """
+import sys, threading
+sys.path.insert(0, {tests!r})
+import nbrmm
+from helpers import HostHeap
+heap = HostHeap()
+a, c = heap.resource(), heap.resource()
+events, armed = [], [False]
+
+class Key:  # a class-dict key that Python compares with "__module__" when the name is read
+    def __hash__(self):
+        return hash("__module__")
+    def __eq__(self, other):
+        if armed[0] and other == "__module__":
+            armed[0] = False
+            q = c.allocate(32)
+            c.deallocate(q, 32)
+            t = threading.Thread(target=lambda: [c.deallocate(c.allocate(48), 48) for _ in range(100)])
+            t.start(); t.join()
+            b.deallocate(p, 64)  # its owner frees it meanwhile
+            events.append("ran")
+        return False
+
+X = type("X", (nbrmm.mr.CallbackMemoryResource,), {{Key(): 1, "__module__": "m"}})
+h2 = HostHeap()
+b = X(h2.allocate, h2.deallocate)
+p = b.allocate(64)
+armed[0] = True
+try:
+    a.deallocate(p, 64)
+except ValueError as e:
+    print(e)
+print(events, nbrmm._nbrmm._raw_outstanding(b), nbrmm._nbrmm._raw_outstanding(c), h2.bytes_in_use)
+"""
+
+
+def test_naming_another_resource_may_run_python_without_harm():
+    # Wording "allocated by another resource (its class)" reads the class's name, which
+    # can run Python that allocates and frees (here and on another thread), even the
+    # pointer in question: it runs once nbrmm's records are consistent again.
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    out = run_python(NAMING_RUNS_PYTHON.format(tests=tests), timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "was allocated by another resource (m.X)" in lines[0], out.stdout
+    assert lines[1] == "['ran'] 0 0 0", out.stdout
+
+
 def test_raw_records_stay_exact_over_many_allocations_and_frees():
     # Records are reused once freed: after hundreds of them, each pointer still belongs
     # to its own resource, with its own size, exactly once.
