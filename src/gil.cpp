@@ -69,9 +69,22 @@ bool locked_out() noexcept
   return exit_begun.load() && PyThread_get_thread_ident() != exit_thread.load();
 }
 
+/// gil_acquire scopes under way on this thread.
+thread_local int calls_on_this_thread = 0;
+/// Those of threads parked for good at exit: they never end, so begin_exit does not wait
+/// for them.
+std::atomic<int> parked_calls{0};
+
 [[noreturn]] void park() noexcept
 {
+  parked_calls.fetch_add(calls_on_this_thread);
   for (;;) { std::this_thread::sleep_for(std::chrono::hours{1}); }
+}
+
+/// Calls from C++ into Python that may still end.
+int calls_under_way() noexcept
+{
+  return python_calls.load() + calls_with_gil.load() - parked_calls.load();
 }
 
 }  // namespace
@@ -99,7 +112,7 @@ void begin_exit() noexcept
   // once the interpreter finalizes is unwound through the C++ frames below it. Give them
   // the GIL until none is left (bounded: exit must not hang on a thread that never comes).
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds{2};
-  while ((reacquiring() || python_calls.load() > 0 || calls_with_gil.load() > 0) &&
+  while ((reacquiring() || calls_under_way() > 0) &&
          std::chrono::steady_clock::now() < deadline) {
     Py_BEGIN_ALLOW_THREADS std::this_thread::sleep_for(std::chrono::milliseconds{1});
     Py_END_ALLOW_THREADS
@@ -111,6 +124,7 @@ gil_acquire::gil_acquire() noexcept
   if (holds_gil()) {
     if (locked_out()) { return; }
     count_call_with_gil(1);
+    ++calls_on_this_thread;
     ok_ = true;
     return;
   }
@@ -122,6 +136,7 @@ gil_acquire::gil_acquire() noexcept
   python_calls.fetch_add(1);
   state_ = PyGILState_Ensure();
   depart();
+  ++calls_on_this_thread;
   ok_    = true;
   taken_ = true;
 }
@@ -129,6 +144,7 @@ gil_acquire::gil_acquire() noexcept
 gil_acquire::~gil_acquire()
 {
   if (!ok_) { return; }
+  --calls_on_this_thread;
   if (!taken_) {
     // The GIL is held again here (the scope began with it), unless the interpreter is
     // unwinding this thread at exit, when the count no longer matters.

@@ -1207,9 +1207,14 @@ def test_exit_while_threads_allocate_through_the_general_path():
     # The adapter's methods run Python (cuda.core's, and the general path's: here an nbrmm
     # stream and a resource written in Python). Exit waits for calls under way and refuses
     # new ones from other threads, so CPython never ends a thread inside them (which
-    # aborted the process: "exception not rethrown"). Several runs: the race is timing's.
+    # aborted the process: "exception not rethrown"). It does not wait for the calls of
+    # threads parked for good (it waited its whole 2 s bound for them). Several runs: the
+    # race is timing's.
     code = f"""
-        import sys, threading, time
+        import atexit, sys, threading, time
+        ended = []
+        # Registered before nbrmm's exit hook, so run after it: how long exit waited.
+        atexit.register(lambda: print(f"waited {{time.monotonic() - ended[0]:.2f}}"))
         sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import cuda.core as cc, nbrmm, nbrmm.mr, nbrmm.interop as interop
         from helpers import HostHeap
@@ -1246,12 +1251,15 @@ def test_exit_while_threads_allocate_through_the_general_path():
         for _ in range(4):
             started.acquire(timeout=30)
         time.sleep(0.05)
-        print("exiting")
+        print("exiting", flush=True)
+        ended.append(time.monotonic())
         """
     for _ in range(6):
         out = run_python(code)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == "exiting"
+        lines = out.stdout.split()
+        assert lines[0] == "exiting" and lines[1] == "waited", out.stdout
+        assert float(lines[2]) < 1.0, out.stdout  # (the bound is 2 s)
         assert "leaked" not in out.stderr and "FATAL" not in out.stderr, out.stderr
 
 
