@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <stdexcept>
 #include <utility>
 
 namespace nbrmm {
@@ -152,12 +151,9 @@ nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObjec
   return result;
 }
 
+/// The work of allocate_method, which checked that `types` is set.
 nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle stream)
 {
-  if (types == nullptr) {  // after exit (release_cuda_core_adapter)
-    throw std::runtime_error(
-      "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
-  }
   std::size_t bytes = 0;
   std::uintptr_t handle = 0;
   nb::object mr = nb::steal(fast_resource(self.ptr()));
@@ -180,9 +176,9 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
   return buffer;
 }
 
+/// The work of deallocate_method, which checked that `types` is set.
 void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::handle stream)
 {
-  if (types == nullptr) { return; }  // after exit: cuda.core frees nothing then either
   std::size_t address = 0, bytes = 0;
   std::uintptr_t handle = 0;
   nb::object mr = nb::steal(fast_resource(self.ptr()));
@@ -232,7 +228,7 @@ PyObject* allocate_method(PyObject* self, PyObject* const* args, Py_ssize_t narg
   // Python, so that interpreter exit waits for it to end (see gil.hpp); once exit began,
   // other threads are refused.
   gil_acquire const python;
-  if (!python.ok()) {
+  if (!python.ok() || types == nullptr) {  // (null after exit: release_cuda_core_adapter)
     PyErr_SetString(PyExc_RuntimeError,
                     "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
     return nullptr;
@@ -254,7 +250,9 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   PyObject* slots[3];
   if (!required_arguments(params, args, nargsf, kwnames, slots)) { return nullptr; }
   gil_acquire const python;  // as in allocate_method
-  if (!python.ok()) { Py_RETURN_NONE; }  // at exit: nothing is freed then (as by cuda.core)
+  if (!python.ok() || types == nullptr) {  // at exit: nothing is freed then (nor by cuda.core)
+    Py_RETURN_NONE;
+  }
   try {
     cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
     Py_RETURN_NONE;
