@@ -33,6 +33,13 @@ struct adapter_types {
   PyObject* from_handle{};  ///< cuda.core.Buffer.from_handle
   PyObject* core_name{};    ///< "_core": the adapter's slot holding the nbrmm resource
   PyObject* cuda_stream_name{};  ///< "__cuda_stream__"
+  /// cuda.core.Stream's own `__cuda_stream__` (strong), called directly, or null: then the
+  /// method is looked up on each call. Only an immutable Stream type's is kept (no one can
+  /// replace it then).
+  PyObject* cuda_stream_method{};
+  /// The last type of an nbrmm resource `fast_resource` found in an adapter (strong), or
+  /// null: a resource of this exact type needs no subclass check.
+  PyObject* known_resource_type{};
   PyObject* stream_kwnames{};    ///< ("stream",)
   PyObject* allocate_general{};    ///< "_allocate_general"
   PyObject* deallocate_general{};  ///< "_deallocate_general"
@@ -70,10 +77,19 @@ PyObject* fast_resource(PyObject* self)
     PyErr_Clear();
     return nullptr;
   }
+#if !defined(Py_GIL_DISABLED)
+  if (Py_TYPE(core) == reinterpret_cast<PyTypeObject*>(types->known_resource_type) &&
+      nb::inst_ready(core)) {
+    return core;
+  }
+#endif
   if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
     Py_DECREF(core);
     return nullptr;
   }
+#if !defined(Py_GIL_DISABLED)  // (with the GIL, the method's caller holds it)
+  Py_XSETREF(types->known_resource_type, Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(core))));
+#endif
   return core;
 }
 
@@ -102,14 +118,34 @@ PyObject* own_slot(PyObject* adapter, PyObject* name, Py_ssize_t& offset)
   return Py_NewRef(found);
 }
 
+/// `type`'s own method `name` (a new reference) where `type` is immutable (its methods
+/// cannot be replaced), or null (no Python error set).
+PyObject* own_method(PyObject* type, PyObject* name)
+{
+  auto* t = reinterpret_cast<PyTypeObject*>(type);
+  if (!PyType_HasFeature(t, Py_TPFLAGS_IMMUTABLETYPE) || t->tp_dict == nullptr) {
+    return nullptr;
+  }
+  PyObject* found = PyDict_GetItemWithError(t->tp_dict, name);  // borrowed
+  if (found == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (!PyType_HasFeature(Py_TYPE(found), Py_TPFLAGS_METHOD_DESCRIPTOR)) { return nullptr; }
+  return Py_NewRef(found);
+}
+
 /// The handle of a cuda.core Stream (`__cuda_stream__()[1]`), or false where it has none
 /// this path takes (no Python error set then, unless the call itself raised: then throws).
 bool stream_handle(PyObject* stream, std::uintptr_t& handle)
 {
   if (Py_TYPE(stream) != reinterpret_cast<PyTypeObject*>(types->stream)) { return false; }
   PyObject* args[] = {stream};
-  nb::object value = nb::steal(PyObject_VectorcallMethod(
-    types->cuda_stream_name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+  nb::object value =
+    nb::steal(types->cuda_stream_method != nullptr
+                ? PyObject_Vectorcall(types->cuda_stream_method, args, 1, nullptr)
+                : PyObject_VectorcallMethod(types->cuda_stream_name, args,
+                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   if (!value.is_valid()) { throw nb::python_error(); }
   if (!PyTuple_CheckExact(value.ptr()) || PyTuple_GET_SIZE(value.ptr()) != 2) { return false; }
   PyObject* h = PyTuple_GET_ITEM(value.ptr(), 1);
@@ -227,7 +263,7 @@ PyObject* allocate_method(PyObject* self, PyObject* const* args, Py_ssize_t narg
   // The call runs Python code (cuda.core's, or the general path): counted as a call into
   // Python, so that interpreter exit waits for it to end (see gil.hpp); once exit began,
   // other threads are refused.
-  gil_acquire const python;
+  python_call const python;
   if (!python.ok() || types == nullptr) {  // (null after exit: release_cuda_core_adapter)
     PyErr_SetString(PyExc_RuntimeError,
                     "the interpreter is shutting down: nbrmm no longer allocates for cuda.core");
@@ -249,7 +285,7 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   static parameters const params{"deallocate", names, 3, 2};
   PyObject* slots[3];
   if (!required_arguments(params, args, nargsf, kwnames, slots)) { return nullptr; }
-  gil_acquire const python;  // as in allocate_method
+  python_call const python;  // as in allocate_method
   if (!python.ok() || types == nullptr) {  // at exit: nothing is freed then (nor by cuda.core)
     Py_RETURN_NONE;
   }
@@ -317,7 +353,7 @@ void release_cuda_core_adapter() noexcept
   adapter_types* t = std::exchange(types, nullptr);
   if (t == nullptr) { return; }
   for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->core_member,
-                      t->cuda_stream_name,
+                      t->cuda_stream_name, t->cuda_stream_method, t->known_resource_type,
                       t->stream_kwnames, t->allocate_general, t->deallocate_general}) {
     Py_XDECREF(o);
   }
@@ -350,6 +386,9 @@ void bind_cuda_core_adapter(nb::module_& m)
       types = t;
       if (t->core_name != nullptr) {
         t->core_member = own_slot(t->adapter, t->core_name, t->core_offset);
+      }
+      if (t->cuda_stream_name != nullptr) {
+        t->cuda_stream_method = own_method(t->stream, t->cuda_stream_name);
       }
       if (t->core_name == nullptr || t->cuda_stream_name == nullptr ||
           t->stream_kwnames == nullptr || t->allocate_general == nullptr ||

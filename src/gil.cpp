@@ -8,9 +8,24 @@
 #include <pythread.h>
 
 namespace nbrmm {
-namespace {
+namespace detail {
 
 std::atomic<bool> exit_begun{false};
+/// Calls from C++ into Python in progress begun by a thread that held the GIL
+/// (gil_acquire, python_call; see count_call_with_gil).
+std::atomic<int> calls_with_gil{0};
+/// gil_acquire and python_call scopes under way on this thread.
+constinit thread_local int calls_on_this_thread = 0;
+
+}  // namespace detail
+
+namespace {
+
+using detail::calls_on_this_thread;
+using detail::calls_with_gil;
+using detail::count_call_with_gil;
+using detail::exit_begun;
+
 std::atomic<unsigned long> exit_thread{0};
 /// Threads between deciding to take the GIL and having it: arrivals - departures. An arrival
 /// is counted (a full barrier, ordered against the read of exit_begun) before the thread
@@ -38,21 +53,8 @@ bool reacquiring() noexcept
   return arrivals.load() != gone;
 }
 /// Calls from C++ into Python in progress: gil_acquire scopes that took the GIL
-/// (python_calls) and scopes begun by a thread that held it (calls_with_gil). With the GIL
-/// enabled, only threads holding the GIL change calls_with_gil, so it needs no atomic
-/// read-modify-write (as departures); begin_exit reads both with the GIL held.
+/// (python_calls) and scopes begun by a thread that held it (calls_with_gil).
 std::atomic<int> python_calls{0};
-std::atomic<int> calls_with_gil{0};
-
-void count_call_with_gil(int change) noexcept
-{
-#if defined(Py_GIL_DISABLED)
-  calls_with_gil.fetch_add(change);
-#else
-  calls_with_gil.store(calls_with_gil.load(std::memory_order_relaxed) + change,
-                       std::memory_order_relaxed);
-#endif
-}
 
 bool finalizing() noexcept
 {
@@ -69,8 +71,6 @@ bool locked_out() noexcept
   return exit_begun.load() && PyThread_get_thread_ident() != exit_thread.load();
 }
 
-/// gil_acquire scopes under way on this thread.
-thread_local int calls_on_this_thread = 0;
 /// Those of threads parked for good at exit: they never end, so begin_exit does not wait
 /// for them.
 std::atomic<int> parked_calls{0};
@@ -98,6 +98,11 @@ void restore_gil(PyThreadState* state) noexcept
   }
   PyEval_RestoreThread(state);
   depart();
+}
+
+bool detail::locked_out_slow() noexcept
+{
+  return PyThread_get_thread_ident() != exit_thread.load();
 }
 
 bool exiting() noexcept { return exit_begun.load() || finalizing(); }

@@ -63,6 +63,55 @@ class gil_acquire {
 };
 
 namespace detail {
+/// What gil.cpp keeps for interpreter exit, read inline by python_call.
+extern std::atomic<bool> exit_begun;
+extern std::atomic<int> calls_with_gil;
+extern constinit thread_local int calls_on_this_thread;
+/// Whether this thread is not the one running exit (once exit began).
+bool locked_out_slow() noexcept;
+
+/// Counts calls from C++ into Python begun by a thread that held the GIL. With the GIL
+/// enabled, only threads holding it change the count, so it needs no atomic
+/// read-modify-write; begin_exit reads it with the GIL held.
+inline void count_call_with_gil(int change) noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  calls_with_gil.fetch_add(change);
+#else
+  calls_with_gil.store(calls_with_gil.load(std::memory_order_relaxed) + change,
+                       std::memory_order_relaxed);
+#endif
+}
+}  // namespace detail
+
+/// gil_acquire for a method that Python called, which holds the GIL already: counts the
+/// calls into Python it makes (cuda.core's code, a resource written in Python) so that
+/// interpreter exit waits for them, as gil_acquire does, without asking whether this
+/// thread holds the GIL. ok() is false once exit began on another thread.
+class python_call {
+ public:
+  python_call() noexcept
+  {
+    if (detail::exit_begun.load() && detail::locked_out_slow()) { return; }
+    detail::count_call_with_gil(1);
+    ++detail::calls_on_this_thread;
+    ok_ = true;
+  }
+  python_call(python_call const&)            = delete;
+  python_call& operator=(python_call const&) = delete;
+  ~python_call()
+  {
+    if (!ok_) { return; }
+    --detail::calls_on_this_thread;
+    detail::count_call_with_gil(-1);
+  }
+  [[nodiscard]] bool ok() const noexcept { return ok_; }
+
+ private:
+  bool ok_{false};
+};
+
+namespace detail {
 /// Threads holding a MemoryError for translation (errors.cpp): while it is 0, no thread
 /// does, and forget_python_memory_error() need not look at this thread's record. A thread
 /// sees its own in the count, whatever other threads do.

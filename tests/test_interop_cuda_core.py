@@ -558,6 +558,41 @@ def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core()
     assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
 
 
+def test_the_c_path_tells_resources_from_other_objects_whatever_it_served_before():
+    # The C path remembers the class of the last resource it served, to skip the subclass
+    # check for the next of that class. Neither an object of another class nor an
+    # unconstructed instance of the remembered class in the slot is taken for a resource:
+    # the general path serves the adapter's resource then. A class that is gone is not
+    # kept alive by being remembered.
+    heap = HostHeap()
+
+    class Sub(nbrmm.mr.LimitingResourceAdaptor):
+        pass
+
+    mr = Sub(heap.resource(), 1 << 20)
+    adapter = interop.to_cuda_core_memory_resource(mr, is_device_accessible=False)
+    adapter.allocate(16, stream=LEGACY).close()
+    assert mr.get_allocated_bytes() == 0 and heap.live == {}
+    core = interop.NbrmmMemoryResource._core  # the slot's own descriptor
+    for bad in (Sub.__new__(Sub), object(), "x", None):
+        core.__set__(adapter, bad)
+        buf = adapter.allocate(16, stream=LEGACY)
+        assert list(heap.live.values()) == [16] and mr.get_allocated_bytes() > 0
+        buf.close()
+        assert heap.live == {} and mr.get_allocated_bytes() == 0
+    core.__set__(adapter, mr)
+    buf = adapter.allocate(32, stream=LEGACY)
+    assert mr.get_allocated_bytes() > 0 and nbrmm._nbrmm._raw_outstanding(mr) == 1
+    buf.close()
+    assert heap.live == {}
+    # The class it remembered is freed once another resource's class takes its place.
+    gone = weakref.ref(Sub)
+    del Sub, mr, adapter, core, buf
+    host_adapter()[1].allocate(8, stream=LEGACY).close()
+    gc.collect()
+    assert gone() is None
+
+
 def test_adapter_and_its_buffers_keep_the_nbrmm_resource_alive():
     heap = HostHeap()
     mr = heap.resource()
