@@ -126,14 +126,16 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
     raw_allocation record{self.ptr(), r.shared(), b, n, alignment, r.device};
     raw_lock const lock;
     auto& map = raw_allocations();
-    if (auto it = map.find(key); it != map.end()) {
-      stale = std::exchange(it->second, std::move(record));
-    } else if (raw_map::node_type node = spare_nodes::take(); !node.empty()) {
+    if (raw_map::node_type node = spare_nodes::take(); !node.empty()) {
       node.key()    = key;
       node.mapped() = std::move(record);
-      map.insert(std::move(node));
-    } else {
-      map.try_emplace(key, std::move(record));
+      auto placed   = map.insert(std::move(node));  // (one lookup; the node is kept if taken)
+      if (!placed.inserted) {
+        stale = std::exchange(placed.position->second, std::move(placed.node.mapped()));
+        spare_nodes::give(std::move(placed.node));
+      }
+    } else if (auto [it, inserted] = map.try_emplace(key, std::move(record)); !inserted) {
+      stale = std::exchange(it->second, std::move(record));  // (not moved from if not placed)
     }
   } catch (...) {
     {
