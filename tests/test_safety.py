@@ -449,6 +449,49 @@ def test_raw_records_stay_exact_over_many_allocations_and_frees():
     assert nbrmm._nbrmm._raw_outstanding(a) == nbrmm._nbrmm._raw_outstanding(b) == 0
     assert heap_a.bytes_in_use == heap_b.bytes_in_use == 0
 
+
+def test_a_raw_record_at_a_reused_address_gives_way_to_the_new_allocation():
+    # Memory given back behind nbrmm's back (here: an allocator that hands out one block
+    # over and over) comes out again at an address nbrmm still has a record of. The new
+    # allocation takes that place; the old record's resource is let go, and the address
+    # is freed once, by its new owner. Both ways a record is made are covered: with no
+    # freed record to reuse (200 outstanding take them all), and with one.
+    heap = HostHeap()
+    block = heap.allocate(64, None)
+    freed = []
+
+    def same_block(nbytes, stream):
+        return block
+
+    def note_free(ptr, nbytes, stream):
+        freed.append(ptr)
+
+    many = heap.resource()
+    for spare_records in (False, True):
+        filler = [many.allocate(8) for _ in range(200)]
+        if spare_records:
+            for p in filler:
+                many.deallocate(p, 8)
+            filler = []
+        first = mr.CallbackMemoryResource(same_block, note_free)
+        second = mr.CallbackMemoryResource(same_block, note_free)
+        assert first.allocate(64) == block and second.allocate(64) == block
+        assert nbrmm._nbrmm._raw_outstanding(first) == 0
+        assert nbrmm._nbrmm._raw_outstanding(second) == 1
+        gone = weakref.ref(first)
+        del first
+        gc.collect()
+        assert gone() is None  # the stale record held it no longer
+        second.deallocate(block, 64)
+        assert freed == [block]
+        with pytest.raises(ValueError, match="not an outstanding allocation"):
+            second.deallocate(block, 64)
+        freed.clear()
+        for p in filler:
+            many.deallocate(p, 8)
+    heap.deallocate(block, 64, None)
+    assert heap.bytes_in_use == 0
+
 # --------------------------------------------------------------------------------------
 # 4. A resource never becomes its own upstream
 # --------------------------------------------------------------------------------------
