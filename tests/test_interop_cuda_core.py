@@ -1240,7 +1240,7 @@ def test_exit_while_threads_allocate_through_both_sides():
 
 def test_exit_while_threads_allocate_through_the_general_path():
     # The adapter's methods run Python (cuda.core's, and the general path's: here an nbrmm
-    # stream and a resource written in Python). Exit waits for calls under way and refuses
+    # stream and a resource written in Python; beside them, the C path over a C++ heap). Exit waits for calls under way and refuses
     # new ones from other threads, so CPython never ends a thread inside them (which
     # aborted the process: "exception not rethrown"). It does not wait for the calls of
     # threads parked for good (it waited its whole 2 s bound for them). Several runs: the
@@ -1253,6 +1253,7 @@ def test_exit_while_threads_allocate_through_the_general_path():
         sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import cuda.core as cc, nbrmm, nbrmm.mr, nbrmm.interop as interop
         from helpers import HostHeap
+        from extensions import testing
 
         class Mine(nbrmm.mr.DeviceMemoryResource):
             def __init__(self):
@@ -1267,6 +1268,8 @@ def test_exit_while_threads_allocate_through_the_general_path():
         pairs = [(interop.to_cuda_core_memory_resource(HostHeap().resource(), **props),
                   nbrmm.DEFAULT_STREAM),
                  (interop.to_cuda_core_memory_resource(Mine(), **props),
+                  cc.LEGACY_DEFAULT_STREAM),
+                 (interop.to_cuda_core_memory_resource(testing.host_heap_resource(), **props),
                   cc.LEGACY_DEFAULT_STREAM)]
         started = threading.Semaphore(0)
 
@@ -1283,7 +1286,7 @@ def test_exit_while_threads_allocate_through_the_general_path():
 
         for adapter, stream in pairs * 2:
             threading.Thread(target=churn, args=(adapter, stream), daemon=True).start()
-        for _ in range(4):
+        for _ in range(2 * len(pairs)):
             started.acquire(timeout=30)
         time.sleep(0.05)
         print("exiting", flush=True)
