@@ -37,9 +37,6 @@ struct adapter_types {
   /// method is looked up on each call. Only an immutable Stream type's is kept (no one can
   /// replace it then).
   PyObject* cuda_stream_method{};
-  /// The last type of an nbrmm resource `fast_resource` found in an adapter (strong), or
-  /// null: a resource of this exact type needs no subclass check.
-  PyObject* known_resource_type{};
   PyObject* stream_kwnames{};    ///< ("stream",)
   PyObject* allocate_general{};    ///< "_allocate_general"
   PyObject* deallocate_general{};  ///< "_deallocate_general"
@@ -77,19 +74,10 @@ PyObject* fast_resource(PyObject* self)
     PyErr_Clear();
     return nullptr;
   }
-#if !defined(Py_GIL_DISABLED)
-  if (Py_TYPE(core) == reinterpret_cast<PyTypeObject*>(types->known_resource_type) &&
-      nb::inst_ready(core)) {
-    return core;
-  }
-#endif
   if (!is_resource(core)) {  // None: the resource's own methods are Python's, or detached
     Py_DECREF(core);
     return nullptr;
   }
-#if !defined(Py_GIL_DISABLED)  // (with the GIL, the method's caller holds it)
-  Py_XSETREF(types->known_resource_type, Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(core))));
-#endif
   return core;
 }
 
@@ -353,7 +341,7 @@ void release_cuda_core_adapter() noexcept
   adapter_types* t = std::exchange(types, nullptr);
   if (t == nullptr) { return; }
   for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->core_member,
-                      t->cuda_stream_name, t->cuda_stream_method, t->known_resource_type,
+                      t->cuda_stream_name, t->cuda_stream_method,
                       t->stream_kwnames, t->allocate_general, t->deallocate_general}) {
     Py_XDECREF(o);
   }

@@ -558,12 +558,11 @@ def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core()
     assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
 
 
-def test_the_c_path_tells_resources_from_other_objects_whatever_it_served_before():
-    # The C path remembers the class of the last resource it served, to skip the subclass
-    # check for the next of that class. Neither an object of another class nor an
-    # unconstructed instance of the remembered class in the slot is taken for a resource:
-    # the general path serves the adapter's resource then. A class that is gone is not
-    # kept alive by being remembered.
+def test_the_c_path_takes_only_constructed_resources_from_the_slot():
+    # Whatever the C path served before, neither an object of another class nor an
+    # unconstructed instance of a resource class in the `_core` slot is taken for a
+    # resource: the general path serves the adapter's resource then. Nothing keeps a
+    # resource class it served alive.
     heap = HostHeap()
 
     class Sub(nbrmm.mr.LimitingResourceAdaptor):
@@ -585,10 +584,8 @@ def test_the_c_path_tells_resources_from_other_objects_whatever_it_served_before
     assert mr.get_allocated_bytes() > 0 and nbrmm._nbrmm._raw_outstanding(mr) == 1
     buf.close()
     assert heap.live == {}
-    # The class it remembered is freed once another resource's class takes its place.
     gone = weakref.ref(Sub)
-    del Sub, mr, adapter, core, buf
-    host_adapter()[1].allocate(8, stream=LEGACY).close()
+    del Sub, mr, adapter, core, buf, bad
     gc.collect()
     assert gone() is None
 
