@@ -9,7 +9,8 @@
 // the Buffer is made by cuda.core's `Buffer.from_handle`. Anything else (another stream
 // object, a NumPy integer, a resource written in Python, an adapter detached at exit)
 // takes the adapter's general path, `_allocate_general` / `_deallocate_general` in
-// Python, which also words every error.
+// Python, which also words every error; the Buffer of its allocation is made here too,
+// so that memory `Buffer.from_handle` never took goes back on either path (make_buffer).
 #include "args.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
@@ -175,6 +176,66 @@ nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObjec
   return result;
 }
 
+/// Memory allocate_method hands to cuda.core's `Buffer.from_handle`, on this thread, while
+/// that call runs (innermost first).
+struct handover {
+  std::uintptr_t ptr;
+  bool given_back;  ///< deallocate was called for it (a Buffer made of it was dropped)
+  handover* outer;
+};
+constinit thread_local handover* handovers = nullptr;
+
+/// Marks the innermost handover of `ptr` on this thread given back (deallocate_method calls
+/// it while any is under way).
+void note_given_back(PyObject* ptr) noexcept
+{
+  PyObject* index = PyNumber_Index(ptr);
+  unsigned long long const p = index != nullptr ? PyLong_AsUnsignedLongLong(index) : 0;
+  Py_XDECREF(index);
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();  // (deallocate words the error)
+    return;
+  }
+  for (handover* h = handovers; h != nullptr; h = h->outer) {
+    if (h->ptr == p && !h->given_back) {
+      h->given_back = true;
+      return;
+    }
+  }
+}
+
+/// `Buffer.from_handle(ptr, size, self, stream=stream)` (`from_handle`, `kwnames`: those of
+/// `types`) for memory just allocated. Should it raise before its Buffer took the memory,
+/// nobody else has the address: `reclaim()` gives it back, and the error propagates. A
+/// Buffer it made takes the memory even if the call then fails: dropping the Buffer gives
+/// it back through deallocate, which the handover notes, and nothing more is done.
+template <class Reclaim>
+nb::object make_buffer(PyObject* from_handle, PyObject* kwnames, nb::handle self,
+                       std::uintptr_t ptr, PyObject* size, PyObject* stream, Reclaim&& reclaim)
+{
+  handover h{ptr, false, handovers};
+  handovers        = &h;
+  PyObject* buffer = nullptr;
+  if (PyObject* address = PyLong_FromSize_t(ptr)) {
+    PyObject* argv[] = {address, size, self.ptr(), stream};
+    buffer           = PyObject_Vectorcall(from_handle, argv, 3, kwnames);
+    Py_DECREF(address);
+  }
+  handovers = h.outer;
+  if (buffer != nullptr) { return nb::steal(buffer); }
+  if (!h.given_back) {
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    try {
+      reclaim();
+    } catch (...) {  // the memory stays lost; the first error is the one to report
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, trace);
+  }
+  throw nb::python_error();
+}
+
 /// The work of allocate_method, which checked that `types` is set.
 nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle stream)
 {
@@ -183,21 +244,32 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
   nb::object mr = nb::steal(fast_resource(self.ptr()));
   if (!mr.is_valid() || !small_uint(size.ptr(), bytes) ||
       !stream_handle(stream.ptr(), handle)) {
-    return general(self.ptr(), types->allocate_general, {size.ptr()}, stream.ptr());
+    // The general path checks the arguments and allocates; its Python code may outlast
+    // interpreter exit's wait, which releases `types`: what comes after is held here.
+    nb::object from_handle = nb::borrow(types->from_handle);
+    nb::object kwnames     = nb::borrow(types->stream_kwnames);
+    nb::object got = general(self.ptr(), types->allocate_general, {size.ptr()}, stream.ptr());
+    // (ptr, size, the cuda.core stream, the nbrmm stream), from NbrmmMemoryResource.
+    if (!PyTuple_CheckExact(got.ptr()) || PyTuple_GET_SIZE(got.ptr()) != 4) {
+      throw nb::type_error("NbrmmMemoryResource._allocate_general returned no allocation");
+    }
+    nb::handle ptr_obj = PyTuple_GET_ITEM(got.ptr(), 0);  // an int (checked there)
+    nb::handle bytes_obj = PyTuple_GET_ITEM(got.ptr(), 1), on = PyTuple_GET_ITEM(got.ptr(), 2);
+    nb::handle nb_stream = PyTuple_GET_ITEM(got.ptr(), 3);
+    unsigned long long const ptr = PyLong_AsUnsignedLongLong(ptr_obj.ptr());
+    if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+      throw nb::python_error();
+    }
+    return make_buffer(from_handle.ptr(), kwnames.ptr(), self, static_cast<std::uintptr_t>(ptr),
+                       bytes_obj.ptr(), on.ptr(),
+                       [&] { self.attr("_deallocate")(ptr_obj, bytes_obj, nb_stream); });
   }
   check_request(bytes, default_alignment, "size");
-  std::uintptr_t const ptr = raw_allocate(
-    mr, bytes, default_alignment, cuda::stream_ref{reinterpret_cast<cudaStream_t>(handle)});
-  // From here the memory is the Buffer's: should making it fail after cuda.core took the
-  // pointer, dropping the Buffer frees it through deallocate (as for any cuda.core
-  // resource). It is not freed here, where another thread may have the address by now.
-  nb::object address = nb::steal(PyLong_FromSize_t(ptr));
-  if (!address.is_valid()) { throw nb::python_error(); }
-  PyObject* argv[] = {address.ptr(), size.ptr(), self.ptr(), stream.ptr()};
-  nb::object buffer =
-    nb::steal(PyObject_Vectorcall(types->from_handle, argv, 3, types->stream_kwnames));
-  if (!buffer.is_valid()) { throw nb::python_error(); }
-  return buffer;
+  cuda::stream_ref const on{reinterpret_cast<cudaStream_t>(handle)};
+  std::uintptr_t const ptr = raw_allocate(mr, bytes, default_alignment, on);
+  return make_buffer(types->from_handle, types->stream_kwnames, self, ptr, size.ptr(),
+                     stream.ptr(),
+                     [&] { raw_deallocate(mr, ptr, bytes, default_alignment, on); });
 }
 
 /// The work of deallocate_method, which checked that `types` is set.
@@ -277,6 +349,7 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (!python.ok() || types == nullptr) {  // at exit: nothing is freed then (nor by cuda.core)
     Py_RETURN_NONE;
   }
+  if (handovers != nullptr) { note_given_back(slots[0]); }
   try {
     cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
     Py_RETURN_NONE;

@@ -34,7 +34,7 @@ from helpers import (
     run_python,
     write_host,
 )
-from extensions import cpp_ext
+from extensions import cpp_ext, testing
 
 LEGACY = cc.LEGACY_DEFAULT_STREAM
 PER_THREAD = cc.PER_THREAD_DEFAULT_STREAM
@@ -556,6 +556,43 @@ def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core()
     assert nbrmm._nbrmm._raw_outstanding(mr) == 1  # recorded: the C path served it
     buf.close()
     assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
+
+
+def test_memory_cuda_core_never_took_goes_back_when_from_handle_fails():
+    # allocate() allocates, then cuda.core's Buffer.from_handle makes the Buffer. Should
+    # from_handle raise before its Buffer takes the memory (a stream cuda.core refuses, a
+    # property missing), the memory goes back at once, on both paths, and the error is
+    # cuda.core's.
+    class ClosedStream(cc.Stream):  # claims a stream; cuda.core sees a closed one
+        def __cuda_stream__(self):
+            return (0, 1)
+
+    closed = ClosedStream.__new__(ClosedStream)
+    heap, recorder, cpp = HostHeap(), Recorder(), testing.host_heap_resource()
+    # nbrmm's own allocate over Python's and over C++'s memory, and one written in Python.
+    for mr in (heap.resource(), cpp, recorder):
+        adapter = interop.to_cuda_core_memory_resource(mr, is_device_accessible=False)
+        with pytest.raises(RuntimeError, match="closed"):
+            adapter.allocate(64, stream=closed)
+        adapter = interop.to_cuda_core_memory_resource(mr, is_device_accessible=False)
+        interop.NbrmmMemoryResource.is_device_accessible.__delete__(adapter)
+        with pytest.raises(AttributeError, match="is_device_accessible"):
+            adapter.allocate(64, stream=LEGACY)
+        assert nbrmm._nbrmm._raw_outstanding(mr) == 0
+    assert heap.live == {} and [c[0] for c in heap.calls] == ["allocate", "deallocate"] * 2
+    assert [call for call, _ in recorder.log] == ["allocate", "deallocate"] * 2
+    assert recorder.heap.live == {}
+    # A resource written in Python that returns no pointer: refused, by name.
+    class NoPointer(nbrmm.mr.DeviceMemoryResource):
+        def allocate(self, nbytes, stream=None):
+            return "here"
+
+        def deallocate(self, ptr, nbytes, stream=None):
+            raise AssertionError("nothing was allocated")
+
+    adapter = interop.to_cuda_core_memory_resource(NoPointer(), is_device_accessible=False)
+    with pytest.raises(TypeError, match="NoPointer.allocate returned no pointer"):
+        adapter.allocate(8, stream=LEGACY)
 
 
 def test_the_c_path_takes_only_constructed_resources_from_the_slot():
@@ -1364,6 +1401,34 @@ def test_gpu_a_device_allocates_from_an_nbrmm_arena(device):
     collect()
     counts = stats.allocation_counts
     assert (counts.current_bytes, counts.total_count) == (0, 2)
+
+
+@pytest.mark.gpu
+def test_gpu_memory_a_failed_buffer_took_goes_back_once(device):
+    # Buffer.from_handle makes the Buffer, then fails to record the default stream for
+    # its deallocation (no CUDA context is current on a new thread) and drops it: cuda.core
+    # gives the memory back through deallocate. allocate() raises cuda.core's error and
+    # does not give it back a second time, on either path.
+    heap, recorder = HostHeap(), Recorder()
+    errors = []
+
+    def allocate_on_a_new_thread(adapter):
+        try:
+            adapter.allocate(64, stream=LEGACY)
+        except Exception as error:  # noqa: BLE001 - checked below
+            errors.append(error)
+
+    for mr in (heap.resource(), recorder):
+        adapter = interop.to_cuda_core_memory_resource(
+            mr, is_device_accessible=True, is_host_accessible=True
+        )
+        thread = threading.Thread(target=allocate_on_a_new_thread, args=(adapter,))
+        thread.start()
+        thread.join()
+    assert len(errors) == 2 and all("context" in str(e) for e in errors), errors
+    assert [c[0] for c in heap.calls] == ["allocate", "deallocate"] and heap.live == {}
+    assert [call for call, _ in recorder.log] == ["allocate", "deallocate"]
+    assert recorder.heap.live == {}
 
 
 @pytest.mark.gpu

@@ -483,8 +483,12 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
 
         def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None: ...
 
-    def _allocate_general(self, size: int, *, stream: CudaStreamLike) -> _cc.Buffer:
-        """:meth:`allocate` for any arguments and resource (and every error)."""
+    def _allocate_general(
+        self, size: int, *, stream: CudaStreamLike
+    ) -> tuple[int, int, CudaStreamLike, _nbrmm.Stream]:
+        """The allocation of :meth:`allocate` for any arguments and resource (and every
+        error): ``(ptr, size, the stream for cuda.core, the stream for nbrmm)``, of which
+        the method makes the Buffer."""
         # Checked here, not left to the resource: one written in Python may take anything.
         size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
         if stream is _LEGACY:
@@ -497,9 +501,13 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
         else:
             stream, nb_stream = self._streams(stream)
         ptr = self._allocate(size, nb_stream)
-        # The arguments are valid, so the Buffer takes the memory: should anything fail
-        # after that, dropping the Buffer frees it through deallocate.
-        return _from_handle(ptr, size, self, stream=stream)
+        try:
+            ptr = _check_ptr(ptr)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"{_type_name(self.upstream_mr)}.allocate returned no pointer ({error})"
+            ) from None
+        return ptr, size, stream, nb_stream
 
     def _deallocate_general(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
         """:meth:`deallocate` for any arguments and resource (and every error)."""
