@@ -176,17 +176,48 @@ nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObjec
   return result;
 }
 
-/// Memory allocate_method hands to cuda.core's `Buffer.from_handle`, on this thread, while
-/// that call runs (innermost first).
+/// Memory allocate_method hands to cuda.core's `Buffer.from_handle`, while that call runs.
+/// Until the call returns, the address is known only to it (and to the Buffer it makes).
 struct handover {
   std::uintptr_t ptr;
   bool given_back;  ///< deallocate was called for it (a Buffer made of it was dropped)
-  handover* outer;
+  handover* next;
+  handover* prev;
 };
-constinit thread_local handover* handovers = nullptr;
 
-/// Marks the innermost handover of `ptr` on this thread given back (deallocate_method calls
-/// it while any is under way).
+/// The handovers under way, newest first: those of every thread, guarded by the GIL (their
+/// addresses differ: each is memory no one else has), or this thread's on free-threaded
+/// builds.
+#if defined(Py_GIL_DISABLED)
+constinit thread_local handover* handovers = nullptr;
+#else
+handover* handovers = nullptr;
+#endif
+
+/// Registers `h` (a handover starting now) until it is destroyed.
+class handover_scope {
+ public:
+  explicit handover_scope(handover& h) noexcept : h_{h}
+  {
+    h.next = handovers;
+    h.prev = nullptr;
+    if (handovers != nullptr) { handovers->prev = &h; }
+    handovers = &h;
+  }
+  handover_scope(handover_scope const&)            = delete;
+  handover_scope& operator=(handover_scope const&) = delete;
+  ~handover_scope()
+  {
+    (h_.prev != nullptr ? h_.prev->next : handovers) = h_.next;
+    if (h_.next != nullptr) { h_.next->prev = h_.prev; }
+  }
+
+ private:
+  handover& h_;
+};
+
+/// Marks the newest handover of `ptr` not yet given back given back (deallocate_method
+/// calls it while any is under way).
 void note_given_back(PyObject* ptr) noexcept
 {
   PyObject* index = PyNumber_Index(ptr);
@@ -196,7 +227,7 @@ void note_given_back(PyObject* ptr) noexcept
     PyErr_Clear();  // (deallocate words the error)
     return;
   }
-  for (handover* h = handovers; h != nullptr; h = h->outer) {
+  for (handover* h = handovers; h != nullptr; h = h->next) {
     if (h->ptr == p && !h->given_back) {
       h->given_back = true;
       return;
@@ -213,15 +244,16 @@ template <class Reclaim>
 nb::object make_buffer(PyObject* from_handle, PyObject* kwnames, nb::handle self,
                        std::uintptr_t ptr, PyObject* size, PyObject* stream, Reclaim&& reclaim)
 {
-  handover h{ptr, false, handovers};
-  handovers        = &h;
+  handover h{ptr, false, nullptr, nullptr};
   PyObject* buffer = nullptr;
-  if (PyObject* address = PyLong_FromSize_t(ptr)) {
-    PyObject* argv[] = {address, size, self.ptr(), stream};
-    buffer           = PyObject_Vectorcall(from_handle, argv, 3, kwnames);
-    Py_DECREF(address);
+  {
+    handover_scope const scope{h};
+    if (PyObject* address = PyLong_FromSize_t(ptr)) {
+      PyObject* argv[] = {address, size, self.ptr(), stream};
+      buffer           = PyObject_Vectorcall(from_handle, argv, 3, kwnames);
+      Py_DECREF(address);
+    }
   }
-  handovers = h.outer;
   if (buffer != nullptr) { return nb::steal(buffer); }
   if (!h.given_back) {
     PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
