@@ -9,8 +9,8 @@
 // the Buffer is made by cuda.core's `Buffer.from_handle`. Anything else (another stream
 // object, a NumPy integer, a resource written in Python, an adapter detached at exit)
 // takes the adapter's general path, `_allocate_general` / `_deallocate_general` in
-// Python, which also words every error; the Buffer of its allocation is made here too,
-// so that memory `Buffer.from_handle` never took goes back on either path (make_buffer).
+// Python, which also words every error; its allocation and Buffer are made here too, so
+// that memory `Buffer.from_handle` never took goes back on either path (make_buffer).
 #include "args.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
@@ -19,9 +19,12 @@
 
 #include <structmember.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace nbrmm {
 namespace {
@@ -148,6 +151,26 @@ bool stream_handle(PyObject* stream, std::uintptr_t& handle)
   return true;
 }
 
+/// A pointer value: an int (or an object with __index__, not a bool) in [0, 2**64), or
+/// false (no Python error set).
+bool pointer_value(PyObject* obj, std::uintptr_t& out)
+{
+  if (PyBool_Check(obj)) { return false; }
+  PyObject* index = PyLong_Check(obj) ? Py_NewRef(obj) : PyNumber_Index(obj);
+  if (index == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  unsigned long long const v = PyLong_AsUnsignedLongLong(index);
+  Py_DECREF(index);
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  out = static_cast<std::uintptr_t>(v);
+  return true;
+}
+
 /// A non-negative exact int below 2**63, or false.
 bool small_uint(PyObject* obj, std::size_t& out)
 {
@@ -176,60 +199,113 @@ nb::object general(PyObject* self, PyObject* name, std::initializer_list<PyObjec
   return result;
 }
 
-/// Memory allocate_method hands to cuda.core's `Buffer.from_handle`, while that call runs.
-/// Until the call returns, the address is known only to it (and to the Buffer it makes).
+/// Memory allocate_method hands to cuda.core's `Buffer.from_handle`, while that call runs
+/// (Python code: other threads, and other greenlets of this one, run meanwhile). Until the
+/// call returns, the address is known only to it and to the Buffer it makes. The records
+/// live on the heap, not on a stack that a greenlet switch moves, and are found by serial.
 struct handover {
+  std::uint64_t serial;
+  PyObject* adapter;   ///< identity only
   std::uintptr_t ptr;
-  bool given_back;  ///< deallocate was called for it (a Buffer made of it was dropped)
-  handover* next;
-  handover* prev;
+  bool given_back;     ///< deallocate of `adapter` was called for `ptr` meanwhile
 };
 
-/// The handovers under way, newest first: those of every thread, guarded by the GIL (their
-/// addresses differ: each is memory no one else has), or this thread's on free-threaded
-/// builds.
+/// The handovers under way, oldest first (never destroyed: calls may end at exit).
+std::vector<handover>& handovers()
+{
+  static auto* const list = [] {
+    auto* l = new std::vector<handover>;
+    l->reserve(16);  // (no allocation per call in the common case)
+    return l;
+  }();
+  return *list;
+}
+
+/// Whether any handover is under way (read without the lock: a hint).
+std::atomic<std::size_t> handovers_under_way{0};
+std::uint64_t next_handover = 1;  // (under handover_lock)
+
 #if defined(Py_GIL_DISABLED)
-constinit thread_local handover* handovers = nullptr;
-#else
-handover* handovers = nullptr;
+std::mutex& handover_mutex()
+{
+  static auto* const m = new std::mutex;
+  return *m;
+}
 #endif
 
-/// Registers `h` (a handover starting now) until it is destroyed.
+/// Held while handovers() is used; nothing in its scope runs Python code. The GIL guards
+/// the list where it is enabled; free-threaded builds lock a mutex.
+class handover_lock {
+#if defined(Py_GIL_DISABLED)
+  std::lock_guard<std::mutex> lock_{handover_mutex()};
+#endif
+};
+
+/// Registers a handover of `ptr` by `adapter` for the scope's life; serial() is 0 where
+/// there was no memory to register it (then nothing can be told about it).
 class handover_scope {
  public:
-  explicit handover_scope(handover& h) noexcept : h_{h}
+  handover_scope(PyObject* adapter, std::uintptr_t ptr) noexcept
   {
-    h.next = handovers;
-    h.prev = nullptr;
-    if (handovers != nullptr) { handovers->prev = &h; }
-    handovers = &h;
+    handover_lock const lock;
+    try {
+      handovers().push_back({next_handover, adapter, ptr, false});
+      serial_ = next_handover++;
+      handovers_under_way.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+    }
   }
   handover_scope(handover_scope const&)            = delete;
   handover_scope& operator=(handover_scope const&) = delete;
-  ~handover_scope()
+  ~handover_scope() { end(); }
+
+  /// Ends the handover: whether deallocate was called for it meanwhile (registered ones).
+  bool end() noexcept
   {
-    (h_.prev != nullptr ? h_.prev->next : handovers) = h_.next;
-    if (h_.next != nullptr) { h_.next->prev = h_.prev; }
+    if (serial_ == 0) { return false; }
+    handover_lock const lock;
+    auto& list = handovers();
+    for (auto it = list.end(); it != list.begin();) {
+      if ((--it)->serial == serial_) {
+        bool const given_back = it->given_back;
+        list.erase(it);
+        handovers_under_way.fetch_sub(1, std::memory_order_relaxed);
+        serial_ = 0;
+        return given_back;
+      }
+    }
+    serial_ = 0;
+    return false;
   }
+  [[nodiscard]] std::uint64_t serial() const noexcept { return serial_; }
 
  private:
-  handover& h_;
+  std::uint64_t serial_{0};
 };
 
-/// Marks the newest handover of `ptr` not yet given back given back (deallocate_method
-/// calls it while any is under way).
-void note_given_back(PyObject* ptr) noexcept
+/// Marks the newest handover of `ptr` by `adapter` not yet given back given back
+/// (deallocate_method calls it while any is under way). A Python error pending on entry
+/// stays pending; none of its own is left.
+void note_given_back(PyObject* adapter, PyObject* ptr) noexcept
 {
-  PyObject* index = PyNumber_Index(ptr);
-  unsigned long long const p = index != nullptr ? PyLong_AsUnsignedLongLong(index) : 0;
-  Py_XDECREF(index);
-  if (PyErr_Occurred() != nullptr) {
-    PyErr_Clear();  // (deallocate words the error)
-    return;
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  bool known                = false;
+  unsigned long long p      = 0;
+  if (PyObject* index = PyBool_Check(ptr) ? nullptr : PyNumber_Index(ptr)) {
+    p     = PyLong_AsUnsignedLongLong(index);
+    known = !(p == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr);
+    Py_DECREF(index);
   }
-  for (handover* h = handovers; h != nullptr; h = h->next) {
-    if (h->ptr == p && !h->given_back) {
-      h->given_back = true;
+  PyErr_Clear();  // (deallocate words any error of its arguments)
+  PyErr_Restore(type, value, trace);
+  if (!known) { return; }
+  handover_lock const lock;
+  auto& list = handovers();
+  for (auto it = list.end(); it != list.begin();) {
+    --it;
+    if (it->adapter == adapter && it->ptr == p && !it->given_back) {
+      it->given_back = true;
       return;
     }
   }
@@ -244,18 +320,19 @@ template <class Reclaim>
 nb::object make_buffer(PyObject* from_handle, PyObject* kwnames, nb::handle self,
                        std::uintptr_t ptr, PyObject* size, PyObject* stream, Reclaim&& reclaim)
 {
-  handover h{ptr, false, nullptr, nullptr};
   PyObject* buffer = nullptr;
-  {
-    handover_scope const scope{h};
-    if (PyObject* address = PyLong_FromSize_t(ptr)) {
-      PyObject* argv[] = {address, size, self.ptr(), stream};
-      buffer           = PyObject_Vectorcall(from_handle, argv, 3, kwnames);
-      Py_DECREF(address);
-    }
+  handover_scope scope{self.ptr(), ptr};
+  if (PyObject* address = PyLong_FromSize_t(ptr)) {
+    PyObject* argv[] = {address, size, self.ptr(), stream};
+    buffer           = PyObject_Vectorcall(from_handle, argv, 3, kwnames);
+    Py_DECREF(address);
   }
+  bool const registered = scope.serial() != 0;
+  bool const given_back = scope.end();
   if (buffer != nullptr) { return nb::steal(buffer); }
-  if (!h.given_back) {
+  // Unregistered (no memory to note it), the memory stays lost rather than risk a second
+  // free.
+  if (registered && !given_back) {
     PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
     PyErr_Fetch(&type, &value, &trace);
     try {
@@ -276,24 +353,28 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
   nb::object mr = nb::steal(fast_resource(self.ptr()));
   if (!mr.is_valid() || !small_uint(size.ptr(), bytes) ||
       !stream_handle(stream.ptr(), handle)) {
-    // The general path checks the arguments and allocates; its Python code may outlast
-    // interpreter exit's wait, which releases `types`: what comes after is held here.
+    // The general path checks the arguments (Python code, which may outlast interpreter
+    // exit's wait, which releases `types`: what comes after is held here). The allocation
+    // is made from here, so that no Python code runs between it and the handover.
     nb::object from_handle = nb::borrow(types->from_handle);
     nb::object kwnames     = nb::borrow(types->stream_kwnames);
     nb::object got = general(self.ptr(), types->allocate_general, {size.ptr()}, stream.ptr());
-    // (ptr, size, the cuda.core stream, the nbrmm stream), from NbrmmMemoryResource.
-    if (!PyTuple_CheckExact(got.ptr()) || PyTuple_GET_SIZE(got.ptr()) != 4) {
-      throw nb::type_error("NbrmmMemoryResource._allocate_general returned no allocation");
+    // (size, the cuda.core stream, the nbrmm stream), from NbrmmMemoryResource.
+    if (!PyTuple_CheckExact(got.ptr()) || PyTuple_GET_SIZE(got.ptr()) != 3) {
+      throw nb::type_error("NbrmmMemoryResource._allocate_general returned no arguments");
     }
-    nb::handle ptr_obj = PyTuple_GET_ITEM(got.ptr(), 0);  // an int (checked there)
-    nb::handle bytes_obj = PyTuple_GET_ITEM(got.ptr(), 1), on = PyTuple_GET_ITEM(got.ptr(), 2);
-    nb::handle nb_stream = PyTuple_GET_ITEM(got.ptr(), 3);
-    unsigned long long const ptr = PyLong_AsUnsignedLongLong(ptr_obj.ptr());
-    if (ptr == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
-      throw nb::python_error();
+    nb::handle bytes_obj = PyTuple_GET_ITEM(got.ptr(), 0), on = PyTuple_GET_ITEM(got.ptr(), 1);
+    nb::handle nb_stream = PyTuple_GET_ITEM(got.ptr(), 2);
+    nb::object ptr_obj   = self.attr("_allocate")(bytes_obj, nb_stream);
+    std::uintptr_t ptr   = 0;
+    if (!pointer_value(ptr_obj.ptr(), ptr)) {
+      nb::object upstream = self.attr("upstream_mr");
+      throw nb::type_error((std::string{nb::type_name(upstream.type()).c_str()} +
+                            ".allocate returned no pointer: got " +
+                            nb::type_name(ptr_obj.type()).c_str())
+                             .c_str());
     }
-    return make_buffer(from_handle.ptr(), kwnames.ptr(), self, static_cast<std::uintptr_t>(ptr),
-                       bytes_obj.ptr(), on.ptr(),
+    return make_buffer(from_handle.ptr(), kwnames.ptr(), self, ptr, bytes_obj.ptr(), on.ptr(),
                        [&] { self.attr("_deallocate")(ptr_obj, bytes_obj, nb_stream); });
   }
   check_request(bytes, default_alignment, "size");
@@ -381,7 +462,9 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (!python.ok() || types == nullptr) {  // at exit: nothing is freed then (nor by cuda.core)
     Py_RETURN_NONE;
   }
-  if (handovers != nullptr) { note_given_back(slots[0]); }
+  if (handovers_under_way.load(std::memory_order_relaxed) != 0) {
+    note_given_back(self, slots[0]);
+  }
   try {
     cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
     Py_RETURN_NONE;

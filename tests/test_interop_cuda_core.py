@@ -647,6 +647,119 @@ def test_memory_from_handle_never_took_goes_back_once_with_threads_at_it():
     assert recorder.heap.live == {}
 
 
+class _SameAddress(nbrmm.mr.DeviceMemoryResource):
+    """A resource written in Python that hands out one address value over and over (as
+    offsets into a pool of its own would), and logs its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.log = []
+
+    def allocate(self, nbytes, stream=None):
+        self.log.append("allocate")
+        return 0x10000
+
+    def deallocate(self, ptr, nbytes, stream=None):
+        self.log.append("deallocate")
+
+
+def _from_handle_reads_is_device_accessible():
+    read = []
+
+    class Probe(interop.NbrmmMemoryResource):
+        @property
+        def is_device_accessible(self):
+            read.append(True)
+            return False
+
+        @is_device_accessible.setter
+        def is_device_accessible(self, value):
+            pass
+
+    Probe(_SameAddress(), is_device_accessible=False).allocate(8, stream=LEGACY).close()
+    return bool(read)
+
+
+def test_memory_a_dropped_buffer_gave_back_is_not_given_back_again():
+    # cuda.core's Buffer.from_handle may make the Buffer, drop it (its deleter calls
+    # deallocate) and raise. Emulated here from the property from_handle reads (cuda.core
+    # 1.2.1 on; before, the buffer is simply made): either way, deallocate runs once.
+    class DroppedThenRaised(interop.NbrmmMemoryResource):
+        @property
+        def is_device_accessible(self):
+            interop.NbrmmMemoryResource.deallocate(self, 0x10000, 64, stream=LEGACY)
+            raise RuntimeError("from_handle failed after dropping its Buffer")
+
+        @is_device_accessible.setter
+        def is_device_accessible(self, value):
+            pass
+
+    mr = _SameAddress()
+    adapter = DroppedThenRaised(mr, is_device_accessible=False)
+    try:
+        adapter.allocate(64, stream=LEGACY).close()
+    except RuntimeError as error:
+        assert "after dropping" in str(error)
+    assert mr.log == ["allocate", "deallocate"]
+
+
+def test_memory_handovers_of_one_address_by_two_adapters_are_told_apart():
+    # Two adapters over resources that hand out the same address value, in
+    # Buffer.from_handle at once on two threads: one Buffer is made and dropped (deallocate
+    # runs), the other call fails before taking its memory. Each resource gets its memory
+    # back once.
+    if not _from_handle_reads_is_device_accessible():
+        pytest.skip("this cuda.core's Buffer.from_handle reads no adapter property")
+    second_inside, first_done = threading.Event(), threading.Event()
+
+    class First(interop.NbrmmMemoryResource):
+        @property
+        def is_device_accessible(self):
+            second_inside.wait(10)
+            interop.NbrmmMemoryResource.deallocate(self, 0x10000, 64, stream=LEGACY)
+            first_done.set()
+            raise RuntimeError("from_handle failed after dropping its Buffer")
+
+        @is_device_accessible.setter
+        def is_device_accessible(self, value):
+            pass
+
+    class Second(interop.NbrmmMemoryResource):
+        @property
+        def is_device_accessible(self):
+            second_inside.set()
+            first_done.wait(10)
+            raise RuntimeError("from_handle failed before taking the memory")
+
+        @is_device_accessible.setter
+        def is_device_accessible(self, value):
+            pass
+
+    first_mr, second_mr = _SameAddress(), _SameAddress()
+    errors = []
+
+    def allocate(adapter):
+        try:
+            adapter.allocate(64, stream=LEGACY)
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    threads = [
+        threading.Thread(target=allocate, args=(First(first_mr, is_device_accessible=False),)),
+        threading.Thread(target=allocate, args=(Second(second_mr, is_device_accessible=False),)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(errors) == [
+        "from_handle failed after dropping its Buffer",
+        "from_handle failed before taking the memory",
+    ]
+    assert first_mr.log == ["allocate", "deallocate"]
+    assert second_mr.log == ["allocate", "deallocate"]
+
+
 def test_the_c_path_takes_only_constructed_resources_from_the_slot():
     # Whatever the C path served before, neither an object of another class nor an
     # unconstructed instance of a resource class in the `_core` slot is taken for a

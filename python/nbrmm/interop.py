@@ -485,10 +485,10 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
 
     def _allocate_general(
         self, size: int, *, stream: CudaStreamLike
-    ) -> tuple[int, int, CudaStreamLike, _nbrmm.Stream]:
-        """The allocation of :meth:`allocate` for any arguments and resource (and every
-        error): ``(ptr, size, the stream for cuda.core, the stream for nbrmm)``, of which
-        the method makes the Buffer."""
+    ) -> tuple[int, CudaStreamLike, _nbrmm.Stream]:
+        """The arguments of :meth:`allocate` for any arguments and resource (and every
+        error of theirs): ``(size, the stream for cuda.core, the stream for nbrmm)``, with
+        which the method allocates from ``_allocate`` and makes the Buffer."""
         # Checked here, not left to the resource: one written in Python may take anything.
         size = _check_size(size)  # a bool, str, float... is refused; NumPy's ints taken
         if stream is _LEGACY:
@@ -500,14 +500,7 @@ class NbrmmMemoryResource(_cc.MemoryResource):  # type: ignore[misc]  # a base o
                 nb_stream = _nb_stream(stream)
         else:
             stream, nb_stream = self._streams(stream)
-        ptr = self._allocate(size, nb_stream)
-        try:
-            ptr = _check_ptr(ptr)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"{_type_name(self.upstream_mr)}.allocate returned no pointer ({error})"
-            ) from None
-        return ptr, size, stream, nb_stream
+        return size, stream, nb_stream
 
     def _deallocate_general(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
         """:meth:`deallocate` for any arguments and resource (and every error)."""
