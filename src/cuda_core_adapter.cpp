@@ -210,28 +210,32 @@ struct handover {
   bool given_back;     ///< deallocate of `adapter` was called for `ptr` meanwhile
 };
 
-/// The handovers under way, oldest first (never destroyed: calls may end at exit).
-std::vector<handover>& handovers()
-{
-  static auto* const list = [] {
-    auto* l = new std::vector<handover>;
-    l->reserve(16);  // (no allocation per call in the common case)
-    return l;
-  }();
-  return *list;
-}
-
-/// Whether any handover is under way (read without the lock: a hint).
-std::atomic<std::size_t> handovers_under_way{0};
+/// The handovers under way, oldest first: made by bind_cuda_core_adapter, never destroyed
+/// (calls may end at exit).
+std::vector<handover>* handover_list = nullptr;
+std::vector<handover>& handovers() noexcept { return *handover_list; }
 std::uint64_t next_handover = 1;  // (under handover_lock)
 
 #if defined(Py_GIL_DISABLED)
+/// Whether any handover is under way (read without the lock: a hint; a thread sees its
+/// own).
+std::atomic<std::size_t> handovers_under_way{0};
 std::mutex& handover_mutex()
 {
   static auto* const m = new std::mutex;
   return *m;
 }
 #endif
+
+/// Whether any handover may be under way.
+bool any_handover() noexcept
+{
+#if defined(Py_GIL_DISABLED)
+  return handovers_under_way.load(std::memory_order_relaxed) != 0;
+#else
+  return !handover_list->empty();  // (the GIL is held)
+#endif
+}
 
 /// Held while handovers() is used; nothing in its scope runs Python code. The GIL guards
 /// the list where it is enabled; free-threaded builds lock a mutex.
@@ -251,7 +255,9 @@ class handover_scope {
     try {
       handovers().push_back({next_handover, adapter, ptr, false});
       serial_ = next_handover++;
+#if defined(Py_GIL_DISABLED)
       handovers_under_way.fetch_add(1, std::memory_order_relaxed);
+#endif
     } catch (...) {
     }
   }
@@ -269,7 +275,9 @@ class handover_scope {
       if ((--it)->serial == serial_) {
         bool const given_back = it->given_back;
         list.erase(it);
+#if defined(Py_GIL_DISABLED)
         handovers_under_way.fetch_sub(1, std::memory_order_relaxed);
+#endif
         serial_ = 0;
         return given_back;
       }
@@ -462,9 +470,7 @@ PyObject* deallocate_method(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (!python.ok() || types == nullptr) {  // at exit: nothing is freed then (nor by cuda.core)
     Py_RETURN_NONE;
   }
-  if (handovers_under_way.load(std::memory_order_relaxed) != 0) {
-    note_given_back(self, slots[0]);
-  }
+  if (any_handover()) { note_given_back(self, slots[0]); }
   try {
     cuda_core_deallocate(self, slots[0], slots[1], slots[2]);
     Py_RETURN_NONE;
@@ -538,6 +544,10 @@ void release_cuda_core_adapter() noexcept
 
 void bind_cuda_core_adapter(nb::module_& m)
 {
+  if (handover_list == nullptr) {  // (once per process: every interpreter shares it)
+    handover_list = new std::vector<handover>;
+    handover_list->reserve(16);  // (no allocation per call in the common case)
+  }
   m.def(
     "_cuda_core_adapter_setup",
     [](nb::handle adapter, nb::handle stream, nb::handle from_handle) {
