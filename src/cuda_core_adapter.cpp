@@ -85,16 +85,21 @@ PyObject* fast_resource(PyObject* self)
   return core;
 }
 
+/// What the type `type` itself defines as `name` (borrowed), or null (no Python error set).
+PyObject* own_attribute(PyObject* type, PyObject* name)
+{
+  PyObject* dict  = reinterpret_cast<PyTypeObject*>(type)->tp_dict;
+  PyObject* found = dict != nullptr ? PyDict_GetItemWithError(dict, name) : nullptr;
+  if (found == nullptr) { PyErr_Clear(); }
+  return found;
+}
+
 /// `adapter`'s own member descriptor of its object slot `name` (a new reference), with the
 /// slot's offset, or null (no Python error set).
 PyObject* own_slot(PyObject* adapter, PyObject* name, Py_ssize_t& offset)
 {
-  PyObject* dict  = reinterpret_cast<PyTypeObject*>(adapter)->tp_dict;
-  PyObject* found = dict != nullptr ? PyDict_GetItemWithError(dict, name) : nullptr;  // borrowed
-  if (found == nullptr) {
-    PyErr_Clear();
-    return nullptr;
-  }
+  PyObject* found = own_attribute(adapter, name);
+  if (found == nullptr) { return nullptr; }
   if (!Py_IS_TYPE(found, &PyMemberDescr_Type) ||
       PyDescr_TYPE(found) != reinterpret_cast<PyTypeObject*>(adapter)) {
     return nullptr;
@@ -114,16 +119,14 @@ PyObject* own_slot(PyObject* adapter, PyObject* name, Py_ssize_t& offset)
 /// cannot be replaced), or null (no Python error set).
 PyObject* own_method(PyObject* type, PyObject* name)
 {
-  auto* t = reinterpret_cast<PyTypeObject*>(type);
-  if (!PyType_HasFeature(t, Py_TPFLAGS_IMMUTABLETYPE) || t->tp_dict == nullptr) {
+  if (!PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_IMMUTABLETYPE)) {
     return nullptr;
   }
-  PyObject* found = PyDict_GetItemWithError(t->tp_dict, name);  // borrowed
-  if (found == nullptr) {
-    PyErr_Clear();
+  PyObject* found = own_attribute(type, name);
+  if (found == nullptr ||
+      !PyType_HasFeature(Py_TYPE(found), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
     return nullptr;
   }
-  if (!PyType_HasFeature(Py_TYPE(found), Py_TPFLAGS_METHOD_DESCRIPTOR)) { return nullptr; }
   return Py_NewRef(found);
 }
 
@@ -298,14 +301,8 @@ void note_given_back(PyObject* adapter, PyObject* ptr) noexcept
 {
   PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
   PyErr_Fetch(&type, &value, &trace);
-  bool known                = false;
-  unsigned long long p      = 0;
-  if (PyObject* index = PyBool_Check(ptr) ? nullptr : PyNumber_Index(ptr)) {
-    p     = PyLong_AsUnsignedLongLong(index);
-    known = !(p == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr);
-    Py_DECREF(index);
-  }
-  PyErr_Clear();  // (deallocate words any error of its arguments)
+  std::uintptr_t p = 0;
+  bool const known = pointer_value(ptr, p);  // (deallocate words any error of its own)
   PyErr_Restore(type, value, trace);
   if (!known) { return; }
   handover_lock const lock;

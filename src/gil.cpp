@@ -23,7 +23,6 @@ namespace {
 
 using detail::calls_on_this_thread;
 using detail::calls_with_gil;
-using detail::count_call_with_gil;
 using detail::exit_begun;
 
 std::atomic<unsigned long> exit_thread{0};
@@ -127,10 +126,7 @@ void begin_exit() noexcept
 gil_acquire::gil_acquire() noexcept
 {
   if (holds_gil()) {
-    if (locked_out()) { return; }
-    count_call_with_gil(1);
-    ++calls_on_this_thread;
-    ok_ = true;
+    ok_ = detail::begin_call_with_gil();
     return;
   }
   arrivals.fetch_add(1);
@@ -149,13 +145,13 @@ gil_acquire::gil_acquire() noexcept
 gil_acquire::~gil_acquire()
 {
   if (!ok_) { return; }
-  --calls_on_this_thread;
   if (!taken_) {
     // The GIL is held again here (the scope began with it), unless the interpreter is
     // unwinding this thread at exit, when the count no longer matters.
-    count_call_with_gil(-1);
+    detail::end_call_with_gil();
     return;
   }
+  --calls_on_this_thread;
   // Without the GIL here, the interpreter is unwinding this thread at exit: its thread
   // state is no longer this thread's to release.
   if (holds_gil()) { PyGILState_Release(state_); }

@@ -82,6 +82,23 @@ inline void count_call_with_gil(int change) noexcept
                        std::memory_order_relaxed);
 #endif
 }
+
+/// Begins a call into Python on a thread that holds the GIL (counted on the thread and in
+/// calls_with_gil), or refuses it once exit began on another thread (false).
+inline bool begin_call_with_gil() noexcept
+{
+  if (exit_begun.load() && locked_out_slow()) { return false; }
+  count_call_with_gil(1);
+  ++calls_on_this_thread;
+  return true;
+}
+
+/// Ends a call begun by begin_call_with_gil (with the GIL held again).
+inline void end_call_with_gil() noexcept
+{
+  --calls_on_this_thread;
+  count_call_with_gil(-1);
+}
 }  // namespace detail
 
 /// gil_acquire for a method that Python called, which holds the GIL already: counts the
@@ -90,20 +107,12 @@ inline void count_call_with_gil(int change) noexcept
 /// thread holds the GIL. ok() is false once exit began on another thread.
 class python_call {
  public:
-  python_call() noexcept
-  {
-    if (detail::exit_begun.load() && detail::locked_out_slow()) { return; }
-    detail::count_call_with_gil(1);
-    ++detail::calls_on_this_thread;
-    ok_ = true;
-  }
+  python_call() noexcept : ok_{detail::begin_call_with_gil()} {}
   python_call(python_call const&)            = delete;
   python_call& operator=(python_call const&) = delete;
   ~python_call()
   {
-    if (!ok_) { return; }
-    --detail::calls_on_this_thread;
-    detail::count_call_with_gil(-1);
+    if (ok_) { detail::end_call_with_gil(); }
   }
   [[nodiscard]] bool ok() const noexcept { return ok_; }
 
