@@ -559,16 +559,39 @@ def test_the_c_path_reads_the_adapters_own_slot_not_what_a_subclass_calls_core()
     assert heap.live == {} and nbrmm._nbrmm._raw_outstanding(mr) == 0
 
 
+def _closed_stream():
+    """A cuda.core Stream (subclass) that claims the legacy stream; cuda.core sees it
+    closed (it was never constructed)."""
+
+    class ClosedStream(cc.Stream):
+        def __cuda_stream__(self):
+            return (0, 1)
+
+    return ClosedStream.__new__(ClosedStream)
+
+
+def _adapter_reading(read):
+    """An NbrmmMemoryResource subclass whose ``is_device_accessible`` (which cuda.core's
+    Buffer.from_handle reads from 1.2.1 on) returns ``read(adapter)``."""
+
+    class Reading(interop.NbrmmMemoryResource):
+        @property
+        def is_device_accessible(self):
+            return read(self)
+
+        @is_device_accessible.setter
+        def is_device_accessible(self, value):
+            pass
+
+    return Reading
+
+
 def test_memory_cuda_core_never_took_goes_back_when_from_handle_fails():
     # allocate() allocates, then cuda.core's Buffer.from_handle makes the Buffer. Should
     # from_handle raise before its Buffer takes the memory (a stream cuda.core refuses, a
     # property missing), the memory goes back at once, on both paths, and the error is
     # cuda.core's.
-    class ClosedStream(cc.Stream):  # claims a stream; cuda.core sees a closed one
-        def __cuda_stream__(self):
-            return (0, 1)
-
-    closed = ClosedStream.__new__(ClosedStream)
+    closed = _closed_stream()
     heap, recorder, cpp = HostHeap(), Recorder(), testing.host_heap_resource()
     # nbrmm's own allocate over Python's and over C++'s memory, and one written in Python.
     for mr in (heap.resource(), cpp, recorder):
@@ -601,11 +624,7 @@ def test_memory_cuda_core_never_took_goes_back_when_from_handle_fails():
 def test_memory_from_handle_never_took_goes_back_once_with_threads_at_it():
     # Threads allocate at once, some buffers made and closed, some refused by cuda.core
     # after the memory was allocated: each allocation is given back exactly once.
-    class ClosedStream(cc.Stream):
-        def __cuda_stream__(self):
-            return (0, 1)
-
-    closed = ClosedStream.__new__(ClosedStream)
+    closed = _closed_stream()
     heap = HostHeap()
     adapters = [
         interop.to_cuda_core_memory_resource(heap.resource(), is_device_accessible=False),
@@ -665,18 +684,8 @@ class _SameAddress(nbrmm.mr.DeviceMemoryResource):
 
 def _from_handle_reads_is_device_accessible():
     read = []
-
-    class Probe(interop.NbrmmMemoryResource):
-        @property
-        def is_device_accessible(self):
-            read.append(True)
-            return False
-
-        @is_device_accessible.setter
-        def is_device_accessible(self, value):
-            pass
-
-    Probe(_SameAddress(), is_device_accessible=False).allocate(8, stream=LEGACY).close()
+    probe = _adapter_reading(lambda adapter: read.append(True) or False)
+    probe(_SameAddress(), is_device_accessible=False).allocate(8, stream=LEGACY).close()
     return bool(read)
 
 
@@ -684,16 +693,11 @@ def test_memory_a_dropped_buffer_gave_back_is_not_given_back_again():
     # cuda.core's Buffer.from_handle may make the Buffer, drop it (its deleter calls
     # deallocate) and raise. Emulated here from the property from_handle reads (cuda.core
     # 1.2.1 on; before, the buffer is simply made): either way, deallocate runs once.
-    class DroppedThenRaised(interop.NbrmmMemoryResource):
-        @property
-        def is_device_accessible(self):
-            interop.NbrmmMemoryResource.deallocate(self, 0x10000, 64, stream=LEGACY)
-            raise RuntimeError("from_handle failed after dropping its Buffer")
+    def dropped_then_raised(adapter):
+        interop.NbrmmMemoryResource.deallocate(adapter, 0x10000, 64, stream=LEGACY)
+        raise RuntimeError("from_handle failed after dropping its Buffer")
 
-        @is_device_accessible.setter
-        def is_device_accessible(self, value):
-            pass
-
+    DroppedThenRaised = _adapter_reading(dropped_then_raised)
     mr = _SameAddress()
     adapter = DroppedThenRaised(mr, is_device_accessible=False)
     try:
@@ -712,28 +716,18 @@ def test_memory_handovers_of_one_address_by_two_adapters_are_told_apart():
         pytest.skip("this cuda.core's Buffer.from_handle reads no adapter property")
     second_inside, first_done = threading.Event(), threading.Event()
 
-    class First(interop.NbrmmMemoryResource):
-        @property
-        def is_device_accessible(self):
-            second_inside.wait(10)
-            interop.NbrmmMemoryResource.deallocate(self, 0x10000, 64, stream=LEGACY)
-            first_done.set()
-            raise RuntimeError("from_handle failed after dropping its Buffer")
+    def first(adapter):
+        second_inside.wait(10)
+        interop.NbrmmMemoryResource.deallocate(adapter, 0x10000, 64, stream=LEGACY)
+        first_done.set()
+        raise RuntimeError("from_handle failed after dropping its Buffer")
 
-        @is_device_accessible.setter
-        def is_device_accessible(self, value):
-            pass
+    def second(adapter):
+        second_inside.set()
+        first_done.wait(10)
+        raise RuntimeError("from_handle failed before taking the memory")
 
-    class Second(interop.NbrmmMemoryResource):
-        @property
-        def is_device_accessible(self):
-            second_inside.set()
-            first_done.wait(10)
-            raise RuntimeError("from_handle failed before taking the memory")
-
-        @is_device_accessible.setter
-        def is_device_accessible(self, value):
-            pass
+    First, Second = _adapter_reading(first), _adapter_reading(second)
 
     first_mr, second_mr = _SameAddress(), _SameAddress()
     errors = []
