@@ -12,13 +12,13 @@
 #include "rmm_compat.hpp"
 #include "stream.hpp"
 
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace nbrmm {
@@ -57,45 +57,124 @@ class raw_lock {
 #endif
 };
 
-using raw_map = std::unordered_map<std::uintptr_t, raw_allocation>;
-
-raw_map& raw_allocations()
-{
-  static auto* map = new raw_map;
-  return *map;
-}
-
-/// Nodes of raw_allocations() kept for reuse (under raw_lock), so that recording an
-/// allocation and forgetting it cost no heap allocation in the common case.
-class spare_nodes {
+/// The outstanding raw allocations by address: open addressing with linear probing over a
+/// power-of-two table, the slot found by multiplying the address (no division, no node
+/// allocated per record). Erasing shifts the entries after it back, so that no search
+/// passes a hole. Used under raw_lock; never destroyed (frees may come at exit).
+class raw_table {
  public:
-  /// A node to reuse (its key and record to be overwritten), or an empty one.
-  static raw_map::node_type take() noexcept
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  /// The slot of `key`'s record, or `none`.
+  [[nodiscard]] std::size_t find(std::uintptr_t key) const noexcept
   {
-    kept* k = list();
-    if (k == nullptr || k->count == 0) { return {}; }
-    return std::move(k->nodes[--k->count]);
+    if (slots_.empty()) { return none; }
+    for (std::size_t i = home(key);; i = next(i)) {
+      if (!slots_[i].full) { return none; }
+      if (slots_[i].key == key) { return i; }
+    }
   }
 
-  /// Keeps `node` (its record moved out) for reuse while there is room.
-  static void give(raw_map::node_type&& node) noexcept
+  /// The record in slot `i` (from find()).
+  raw_allocation& at(std::size_t i) noexcept { return slots_[i].record; }
+
+  /// Records `record` at `key`. A record already there is returned (moved out; an empty
+  /// one otherwise). Throws std::bad_alloc, with nothing changed, when the table cannot
+  /// grow.
+  raw_allocation place(std::uintptr_t key, raw_allocation&& record)
   {
-    kept* k = list();
-    if (k != nullptr && k->count < limit) { k->nodes[k->count++] = std::move(node); }
+    if (std::size_t const i = find(key); i != none) {
+      return std::exchange(slots_[i].record, std::move(record));
+    }
+    if ((count_ + 1) * 2 > slots_.size()) {
+      resize(slots_.empty() ? min_slots : slots_.size() * 2);
+    }
+    put(key, std::move(record));
+    ++count_;
+    return {};
+  }
+
+  /// Removes the record in slot `i` (from find()) and returns it.
+  raw_allocation take(std::size_t i) noexcept
+  {
+    raw_allocation taken = std::move(slots_[i].record);
+    slots_[i].full       = false;
+    // Backward shift: an entry after the hole that its search would not find past the
+    // hole moves into it, and the hole moves on to where the entry was.
+    std::size_t hole = i;
+    for (std::size_t j = next(hole); slots_[j].full; j = next(j)) {
+      if (((j - home(slots_[j].key)) & mask()) >= ((j - hole) & mask())) {
+        slots_[hole]   = std::move(slots_[j]);
+        slots_[j].full = false;
+        hole           = j;
+      }
+    }
+    --count_;
+    if (slots_.size() > shrink_above && count_ * 8 < slots_.size()) {
+      try {
+        resize(slots_.size() / 2);
+      } catch (...) {  // (the table stays as large as it is)
+      }
+    }
+    return taken;
+  }
+
+  /// Calls `f(key, record)` for every record.
+  template <class F>
+  void for_each(F&& f)
+  {
+    for (slot& s : slots_) {
+      if (s.full) { f(s.key, s.record); }
+    }
   }
 
  private:
-  static constexpr std::size_t limit = 64;
-  struct kept {
-    raw_map::node_type nodes[limit];
-    std::size_t count = 0;
+  struct slot {
+    std::uintptr_t key{0};
+    bool full{false};
+    raw_allocation record{};
   };
-  static kept* list() noexcept
+  static constexpr std::size_t min_slots    = 64;
+  static constexpr std::size_t shrink_above = 1024;
+
+  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
+  [[nodiscard]] std::size_t next(std::size_t i) const noexcept { return (i + 1) & mask(); }
+  [[nodiscard]] std::size_t home(std::uintptr_t key) const noexcept
   {
-    static kept* const k = new (std::nothrow) kept;  // never destroyed: frees come at exit
-    return k;
+    // Fibonacci hashing: the product's high bits, as many as the table has index bits.
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ULL) >>
+                                    shift_);
   }
+  void put(std::uintptr_t key, raw_allocation&& record) noexcept
+  {
+    std::size_t i = home(key);
+    while (slots_[i].full) { i = next(i); }
+    slots_[i].key    = key;
+    slots_[i].full   = true;
+    slots_[i].record = std::move(record);
+  }
+  /// Moves every record into a table of `size` slots (a power of two); throws
+  /// std::bad_alloc, with nothing changed, when there is no memory for it.
+  void resize(std::size_t size)
+  {
+    std::vector<slot> old(size);
+    old.swap(slots_);
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(size));
+    for (slot& s : old) {
+      if (s.full) { put(s.key, std::move(s.record)); }
+    }
+  }
+
+  std::vector<slot> slots_;
+  std::size_t count_{0};
+  unsigned shift_{64};
 };
+
+raw_table& raw_allocations()
+{
+  static auto* table = new raw_table;
+  return *table;
+}
 
 std::string hex(std::uintptr_t p)
 {
@@ -125,18 +204,7 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   try {
     raw_allocation record{self.ptr(), r.shared(), b, n, alignment, r.device};
     raw_lock const lock;
-    auto& map = raw_allocations();
-    if (raw_map::node_type node = spare_nodes::take(); !node.empty()) {
-      node.key()    = key;
-      node.mapped() = std::move(record);
-      auto placed   = map.insert(std::move(node));  // (one lookup; the node is kept if taken)
-      if (!placed.inserted) {
-        stale = std::exchange(placed.position->second, std::move(placed.node.mapped()));
-        spare_nodes::give(std::move(placed.node));
-      }
-    } else if (auto [it, inserted] = map.try_emplace(key, std::move(record)); !inserted) {
-      stale = std::exchange(it->second, std::move(record));  // (not moved from if not placed)
-    }
+    stale = raw_allocations().place(key, std::move(record));
   } catch (...) {
     {
       gil_release release;
@@ -162,32 +230,30 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
     // No Python code runs in this scope (see raw_lock): the error naming another
     // resource's class is worded after it.
     raw_lock const lock;
-    auto& map = raw_allocations();
-    auto it   = map.find(ptr);
-    if (it == map.end()) {
+    auto& table         = raw_allocations();
+    std::size_t const i = table.find(ptr);
+    if (i == raw_table::none) {
       throw nb::value_error(("ptr: " + hex(ptr) +
                              " is not an outstanding allocation of allocate() (never "
                              "allocated, or already freed)")
                               .c_str());
     }
-    foreign = it->second.owner != self.ptr() &&
-              !(r.res.has_value() && unwrap(*it->second.res) == unwrap(r.res));
+    raw_allocation const& found = table.at(i);
+    foreign = found.owner != self.ptr() &&
+              !(r.res.has_value() && unwrap(*found.res) == unwrap(r.res));
     if (foreign) {
-      other = nb::borrow(it->second.owner);  // (null after exit)
-    } else if (it->second.bytes != n) {
+      other = nb::borrow(found.owner);  // (null after exit)
+    } else if (found.bytes != n) {
       throw nb::value_error(("nbytes: " + hex(ptr) + " was allocated with " +
-                             std::to_string(it->second.bytes) + " bytes, not " +
-                             std::to_string(n))
+                             std::to_string(found.bytes) + " bytes, not " + std::to_string(n))
                               .c_str());
-    } else if (it->second.alignment != alignment) {
+    } else if (found.alignment != alignment) {
       throw nb::value_error(("alignment: " + hex(ptr) + " was allocated with alignment " +
-                             std::to_string(it->second.alignment) + ", not " +
+                             std::to_string(found.alignment) + ", not " +
                              std::to_string(alignment))
                               .c_str());
     } else {
-      raw_map::node_type node = map.extract(it);
-      a                       = std::move(node.mapped());
-      spare_nodes::give(std::move(node));
+      a = table.take(i);
     }
   }
   if (foreign) {
@@ -211,9 +277,9 @@ std::size_t raw_outstanding(nb::handle self)
 {
   raw_lock const lock;
   std::size_t count = 0;
-  for (auto const& [ptr, a] : raw_allocations()) {
+  raw_allocations().for_each([&](std::uintptr_t, raw_allocation const& a) {
     if (a.owner == self.ptr()) { ++count; }
-  }
+  });
   return count;
 }
 
@@ -224,16 +290,15 @@ void release_raw_allocation_owners() noexcept
   std::vector<PyObject*> owners;
   {
     raw_lock const lock;
-    for (auto& [ptr, a] : raw_allocations()) {
-      if (a.owner != nullptr) {
-        try {
-          owners.push_back(a.owner);
-        } catch (...) {
-          continue;  // without memory to list it, the reference stays
-        }
-        a.owner = nullptr;
+    raw_allocations().for_each([&](std::uintptr_t, raw_allocation& a) {
+      if (a.owner == nullptr) { return; }
+      try {
+        owners.push_back(a.owner);
+      } catch (...) {
+        return;  // without memory to list it, the reference stays
       }
-    }
+      a.owner = nullptr;
+    });
   }
   for (PyObject* o : owners) { Py_DECREF(o); }
 }

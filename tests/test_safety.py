@@ -6,6 +6,7 @@ works.
 """
 
 import gc
+import random
 import sys
 import threading
 import weakref
@@ -448,6 +449,40 @@ def test_raw_records_stay_exact_over_many_allocations_and_frees():
         res.deallocate(ptr, n)
     assert nbrmm._nbrmm._raw_outstanding(a) == nbrmm._nbrmm._raw_outstanding(b) == 0
     assert heap_a.bytes_in_use == heap_b.bytes_in_use == 0
+
+
+def test_raw_records_stay_exact_as_their_table_grows_and_shrinks():
+    # Thousands outstanding at once (the records' table grows several times), then freed
+    # in a random order with allocations in between (it shrinks again): every record
+    # left is found with its own size, and each pointer is freed exactly once.
+    rng = random.Random(7)
+    heap = HostHeap()
+    res, other = heap.resource(), testing.host_heap_resource()
+    live = {}
+    for _ in range(3000):
+        n = rng.randrange(1, 1024)
+        live[res.allocate(n)] = n
+    assert nbrmm._nbrmm._raw_outstanding(res) == 3000
+    order = list(live)
+    rng.shuffle(order)
+    for k, ptr in enumerate(order):
+        n = live.pop(ptr)
+        res.deallocate(ptr, n)
+        if k % 3 == 0:
+            q = other.allocate(48)  # (another resource's record among them)
+            other.deallocate(q, 48)
+        if k % 250 == 0:
+            with pytest.raises(ValueError, match="already freed"):
+                res.deallocate(ptr, n)
+            for p in rng.sample(sorted(live), min(20, len(live))):
+                with pytest.raises(ValueError, match="nbytes"):
+                    res.deallocate(p, live[p] + 1)
+            assert nbrmm._nbrmm._raw_outstanding(res) == len(live)
+    assert nbrmm._nbrmm._raw_outstanding(res) == nbrmm._nbrmm._raw_outstanding(other) == 0
+    assert heap.bytes_in_use == 0
+    for ptr in order[:50]:
+        with pytest.raises(ValueError, match="not an outstanding allocation"):
+            res.deallocate(ptr, 1)
 
 
 def test_a_raw_record_at_a_reused_address_gives_way_to_the_new_allocation():
