@@ -127,20 +127,7 @@ bool bool_arg(nb::handle obj, char const* param)
 bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
                     PyObject* kwnames, PyObject** slots) noexcept
 {
-  Py_ssize_t const given = PyVectorcall_NARGS(nargsf);
-  if (given == params.positional && kwnames != nullptr &&
-      PyTuple_GET_SIZE(kwnames) == params.count - params.positional) {
-    // The common call: the positional parameters by position, the others by keyword in
-    // their order, each keyword the interned name itself.
-    bool in_order = true;
-    for (int i = params.positional; i < params.count && in_order; ++i) {
-      in_order = PyTuple_GET_ITEM(kwnames, i - params.positional) == params.names[i];
-    }
-    if (in_order) {
-      for (int i = 0; i < params.count; ++i) { slots[i] = args[i]; }
-      return true;
-    }
-  }
+  if (sort_common_call(params, args, nargsf, kwnames, slots)) { return true; }
   for (int i = 0; i < params.count; ++i) {
     if (params.names[i] == nullptr) {  // interning the names failed: out of memory
       PyErr_NoMemory();

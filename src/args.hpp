@@ -69,6 +69,23 @@ struct parameters {
   int positional;
 };
 
+/// The common call, sorted inline: the first `params.positional` parameters given by
+/// position and every other by keyword, in order, each keyword the interned name itself.
+/// Fills every slot and returns true then; false (nothing set) for any other call.
+inline bool sort_common_call(parameters const& params, PyObject* const* args,
+                             std::size_t nargsf, PyObject* kwnames, PyObject** slots) noexcept
+{
+  if (PyVectorcall_NARGS(nargsf) != params.positional || kwnames == nullptr ||
+      PyTuple_GET_SIZE(kwnames) != params.count - params.positional) {
+    return false;
+  }
+  for (int i = params.positional; i < params.count; ++i) {
+    if (PyTuple_GET_ITEM(kwnames, i - params.positional) != params.names[i]) { return false; }
+  }
+  for (int i = 0; i < params.count; ++i) { slots[i] = args[i]; }
+  return true;
+}
+
 /// Sorts a vectorcall's arguments into `slots` (one per parameter, in order; those not
 /// given stay null). Returns false with a TypeError set, as Python words it, for too many
 /// positional arguments or an unknown or repeated keyword (a MemoryError where a name in

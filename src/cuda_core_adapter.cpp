@@ -416,7 +416,9 @@ PyObject* interned(char const* text) { return PyUnicode_InternFromString(text); 
 bool required_arguments(parameters const& params, PyObject* const* args, Py_ssize_t nargsf,
                         PyObject* kwnames, PyObject** slots) noexcept
 {
-  if (!sort_arguments(params, args, static_cast<std::size_t>(nargsf), kwnames, slots)) {
+  auto const flags = static_cast<std::size_t>(nargsf);
+  if (sort_common_call(params, args, flags, kwnames, slots)) { return true; }  // (all given)
+  if (!sort_arguments(params, args, flags, kwnames, slots)) {
     return false;
   }
   for (int i = 0; i < params.count; ++i) {
