@@ -69,10 +69,8 @@ class raw_table {
   [[nodiscard]] std::size_t find(std::uintptr_t key) const noexcept
   {
     if (slots_.empty()) { return none; }
-    for (std::size_t i = home(key);; i = next(i)) {
-      if (!slots_[i].full) { return none; }
-      if (slots_[i].key == key) { return i; }
-    }
+    std::size_t const i = probe(key);
+    return slots_[i].full ? i : none;
   }
 
   /// The record in slot `i` (from find()).
@@ -83,13 +81,14 @@ class raw_table {
   /// grow.
   raw_allocation place(std::uintptr_t key, raw_allocation&& record)
   {
-    if (std::size_t const i = find(key); i != none) {
-      return std::exchange(slots_[i].record, std::move(record));
-    }
+    // Grown first, so that one search finds the key or the slot for it (a record replaced
+    // at the threshold grows the table one record early).
     if ((count_ + 1) * 2 > slots_.size()) {
       resize(slots_.empty() ? min_slots : slots_.size() * 2);
     }
-    put(key, std::move(record));
+    std::size_t const i = probe(key);
+    if (slots_[i].full) { return std::exchange(slots_[i].record, std::move(record)); }
+    fill(i, key, std::move(record));
     ++count_;
     return {};
   }
@@ -119,12 +118,12 @@ class raw_table {
     return taken;
   }
 
-  /// Calls `f(key, record)` for every record.
+  /// Calls `f(record)` for every record.
   template <class F>
   void for_each(F&& f)
   {
     for (slot& s : slots_) {
-      if (s.full) { f(s.key, s.record); }
+      if (s.full) { f(s.record); }
     }
   }
 
@@ -145,10 +144,16 @@ class raw_table {
     return static_cast<std::size_t>((static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ULL) >>
                                     shift_);
   }
-  void put(std::uintptr_t key, raw_allocation&& record) noexcept
+  /// The slot holding `key`, or the empty slot where it goes (the table has slots, and
+  /// always an empty one).
+  [[nodiscard]] std::size_t probe(std::uintptr_t key) const noexcept
   {
     std::size_t i = home(key);
-    while (slots_[i].full) { i = next(i); }
+    while (slots_[i].full && slots_[i].key != key) { i = next(i); }
+    return i;
+  }
+  void fill(std::size_t i, std::uintptr_t key, raw_allocation&& record) noexcept
+  {
     slots_[i].key    = key;
     slots_[i].full   = true;
     slots_[i].record = std::move(record);
@@ -161,7 +166,7 @@ class raw_table {
     old.swap(slots_);
     shift_ = 64 - static_cast<unsigned>(std::countr_zero(size));
     for (slot& s : old) {
-      if (s.full) { put(s.key, std::move(s.record)); }
+      if (s.full) { fill(probe(s.key), s.key, std::move(s.record)); }  // (keys differ)
     }
   }
 
@@ -277,7 +282,7 @@ std::size_t raw_outstanding(nb::handle self)
 {
   raw_lock const lock;
   std::size_t count = 0;
-  raw_allocations().for_each([&](std::uintptr_t, raw_allocation const& a) {
+  raw_allocations().for_each([&](raw_allocation const& a) {
     if (a.owner == self.ptr()) { ++count; }
   });
   return count;
@@ -290,7 +295,7 @@ void release_raw_allocation_owners() noexcept
   std::vector<PyObject*> owners;
   {
     raw_lock const lock;
-    raw_allocations().for_each([&](std::uintptr_t, raw_allocation& a) {
+    raw_allocations().for_each([&](raw_allocation& a) {
       if (a.owner == nullptr) { return; }
       try {
         owners.push_back(a.owner);
