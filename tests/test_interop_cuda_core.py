@@ -851,6 +851,196 @@ def test_threads_allocate_and_free_through_one_adapter():
 
 
 # --------------------------------------------------------------------------------------
+# The free that waits for the adapter's next call
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cache_adapter():
+    """(a caching nbrmm host resource, a cuda.core resource over it), nothing waiting."""
+    nbrmm._nbrmm._flush_deferred_frees()
+    cache = testing.host_cache_resource()
+    yield cache, host_adapter(mr=cache)[1]
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
+
+
+def waiting():
+    return nbrmm._nbrmm._deferred_frees()
+
+
+def test_a_closed_buffer_of_a_caching_resource_waits_for_the_next_allocate(cache_adapter):
+    cache, adapter = cache_adapter
+    buf = adapter.allocate(300, stream=LEGACY)
+    address = buf.handle
+    buf.close()
+    assert waiting() == (1, 300)
+    assert testing.live_bytes(cache) == 512  # not freed yet
+    again = adapter.allocate(300, stream=LEGACY)
+    # Freed first, in the same GIL release: its block serves the new allocation.
+    assert waiting() == (0, 0)
+    assert again.handle == address and testing.live_bytes(cache) == 512
+    again.close()
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+
+
+def test_the_next_waiting_free_does_the_one_before(cache_adapter):
+    cache, adapter = cache_adapter
+    a, b = adapter.allocate(100, stream=LEGACY), adapter.allocate(600, stream=LEGACY)
+    a.close()
+    assert waiting() == (1, 100)
+    b.close()
+    assert waiting() == (1, 600)
+    assert testing.live_bytes(cache) == 768  # a's 256 bytes are back, b's wait
+
+
+def test_frees_that_cannot_wait_are_done_at_once(cache_adapter):
+    cache, adapter = cache_adapter
+    heap, other = host_adapter()  # not a caching resource
+    other.allocate(64, stream=LEGACY).close()
+    assert waiting() == (0, 0) and heap.live == {}
+    big = adapter.allocate((1 << 20) + 1, stream=LEGACY)  # beyond the byte budget
+    big.close()
+    assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+    p = cache.allocate(64)
+    adapter.deallocate(p, 64, stream=ForeignStream(0))  # not a cuda.core Stream
+    assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+    assert nbrmm._nbrmm._defer_frees(False)  # the measurement switch: no waiting
+    try:
+        adapter.allocate(64, stream=LEGACY).close()
+        assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+    finally:
+        nbrmm._nbrmm._defer_frees(True)
+
+
+def test_switching_deferral_off_does_the_waiting_free(cache_adapter):
+    cache, adapter = cache_adapter
+    adapter.allocate(64, stream=LEGACY).close()
+    assert waiting() == (1, 64)
+    assert nbrmm._nbrmm._defer_frees(False)
+    try:
+        assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+    finally:
+        nbrmm._nbrmm._defer_frees(True)
+
+
+def test_the_waiting_free_keeps_its_stream_until_it_is_done(cache_adapter):
+    cache, adapter = cache_adapter
+    stream = cc.Stream.from_handle(0x5000)
+    ref = weakref.ref(stream)
+    p = cache.allocate(300)
+    adapter.deallocate(p, 300, stream=stream)
+    del stream
+    collect()
+    assert waiting() == (1, 300) and ref() is not None
+    adapter.allocate(8, stream=LEGACY).close()  # does it; the new free waits
+    collect()
+    assert ref() is None and waiting() == (1, 8)
+    assert testing.live_bytes(cache) == 256  # the 300 bytes are back; the 8 wait
+
+
+def test_a_stream_closed_while_its_free_waits_is_waited_for(cache_adapter):
+    cache, adapter = cache_adapter
+    stream = cc.Stream.from_handle(0x5000)
+    p = cache.allocate(300)
+    adapter.deallocate(p, 300, stream=stream)
+    stream.close()  # no handle any more: the device is synchronised instead
+    buf = adapter.allocate(300, stream=LEGACY)
+    assert waiting() == (0, 0)
+    assert buf.handle == p and testing.live_bytes(cache) == 512
+    buf.close()
+
+
+def test_deallocate_checks_before_its_free_waits(cache_adapter):
+    cache, adapter = cache_adapter
+    p = cache.allocate(300)
+    with pytest.raises(ValueError, match="nbytes: .* was allocated with 300 bytes, not 200"):
+        adapter.deallocate(p, 200, stream=LEGACY)
+    assert waiting() == (0, 0)
+    adapter.deallocate(p, 300, stream=LEGACY)
+    assert waiting() == (1, 300)
+    with pytest.raises(ValueError, match="not an outstanding allocation"):
+        adapter.deallocate(p, 300, stream=LEGACY)  # once: the record went as it waited
+    assert waiting() == (1, 300)
+    adapter.deallocate(0, 0, stream=LEGACY)  # nothing to free
+    assert waiting() == (1, 300)
+
+
+def test_the_death_of_its_resource_does_the_waiting_free(cache_adapter):
+    _, keep = cache_adapter  # (the fixture's pair stays; a new one dies)
+    cache = testing.host_cache_resource()
+    adapter = host_adapter(mr=cache)[1]
+    stream = cc.Stream.from_handle(0x5000)
+    refs = weakref.ref(cache), weakref.ref(stream)
+    adapter.deallocate(cache.allocate(64), 64, stream=stream)
+    assert waiting() == (1, 64)
+    del cache, adapter, stream
+    collect()
+    assert [r() for r in refs] == [None, None]  # the resource went, and the free with it
+    assert waiting() == (0, 0)
+    keep.allocate(8, stream=LEGACY).close()
+
+
+def test_threads_lose_no_waiting_free(cache_adapter):
+    cache, adapter = cache_adapter
+    errors = []
+
+    def work(k):
+        try:
+            cuda_core_thread()
+            for i in range(400):
+                stream = (LEGACY, PER_THREAD, cc.Stream.from_handle(0x5000 + k))[i % 3]
+                buf = adapter.allocate(8 + (i * k) % 500, stream=stream)
+                if i % 4:
+                    buf.close()
+                del buf
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    collect()
+    assert errors == []
+    nbrmm._nbrmm._flush_deferred_frees()
+    assert waiting() == (0, 0) and testing.live_bytes(cache) == 0
+
+
+def test_a_waiting_free_at_exit_and_in_a_forked_child():
+    proc = run_python(
+        """
+        import os
+        import cuda.core as cc
+        import nbrmm, nbrmm.interop as interop
+        from nbrmm import _nbrmm
+        from extensions import testing
+
+        cache = testing.host_cache_resource()
+        adapter = interop.to_cuda_core_memory_resource(
+            cache, is_device_accessible=False, is_host_accessible=True)
+        adapter.allocate(512, stream=cc.LEGACY_DEFAULT_STREAM).close()
+        assert _nbrmm._deferred_frees() == (1, 512)
+        if hasattr(os, "fork"):
+            pid = os.fork()
+            if pid == 0:
+                # The child drops it without freeing the parent's block.
+                ok = _nbrmm._deferred_frees() == (0, 0) and testing.live_bytes(cache) == 512
+                os._exit(0 if ok else 1)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0, status
+        assert _nbrmm._deferred_frees() == (1, 512)
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+    assert "leaked" not in proc.stderr
+
+
+# --------------------------------------------------------------------------------------
 # cuda.core resources as nbrmm resources
 # --------------------------------------------------------------------------------------
 
@@ -1614,6 +1804,39 @@ def test_gpu_cuda_core_copies_into_and_out_of_nbrmm_memory(device):
     stream.sync()
     del nb
     assert stats.allocation_counts.current_bytes == 0
+
+
+@pytest.mark.gpu
+def test_gpu_frees_on_created_streams_wait_and_closed_streams_are_waited_for(device):
+    arena = nbrmm.mr.ArenaMemoryResource(nbrmm.mr.CudaMemoryResource(), arena_size=1 << 26)
+    adapter = interop.to_cuda_core_memory_resource(arena)
+    nbrmm._nbrmm._flush_deferred_frees()
+    stream, other = device.create_stream(), device.create_stream()
+    first = adapter.allocate(256, stream=stream)
+    first.fill(0x11, stream=stream)
+    first.close(stream)
+    assert nbrmm._nbrmm._deferred_frees() == (1, 256)  # an arena block on a cuda.core Stream
+    second = adapter.allocate(256, stream=stream)  # does the free first, ordered on stream
+    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
+    second.fill(0x22, stream=stream)
+    # A stream closed while its free waits: the device is synchronised before the free.
+    third = adapter.allocate(256, stream=other)
+    third.fill(0x33, stream=other)
+    third.close(other)
+    other.close()
+    assert nbrmm._nbrmm._deferred_frees() == (1, 256)
+    fourth = adapter.allocate(256, stream=stream)
+    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
+    fourth.fill(0x44, stream=stream)
+    stream.sync()
+    assert interop.from_cuda_core_buffer(second).tobytes() == b"\x22" * 256
+    assert interop.from_cuda_core_buffer(fourth).tobytes() == b"\x44" * 256
+    second.close(stream)
+    fourth.close(stream)
+    del adapter, arena  # the arena's death does the waiting free
+    collect()
+    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
+    stream.sync()
 
 
 KERNEL = r"""
