@@ -11,6 +11,26 @@ import nbrmm.mr
 POOL_SIZE = 1 << 20  # every pool the GPU tests create stays this small
 
 
+def run_threads(work, count, timeout=300):
+    """Runs ``work(k)`` in ``count`` threads (k = 0 .. count - 1) and waits for them all;
+    returns the exceptions they raised."""
+    errors = []
+
+    def run(k):
+        try:
+            work(k)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+        assert not t.is_alive()
+    return errors
+
+
 def run_python(code, timeout=120):
     """Run ``code`` (dedented) in a fresh interpreter; returns the CompletedProcess."""
     return subprocess.run(

@@ -7,7 +7,6 @@ down when the queue is used, when it is emptied, and that nothing is lost.
 """
 
 import os
-import threading
 
 import pytest
 from hypothesis import strategies as st
@@ -15,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import nbrmm
 import nbrmm.mr
-from helpers import run_python
+from helpers import run_python, run_threads
 from nbrmm import _nbrmm
 from extensions import testing as _testing
 
@@ -171,25 +170,14 @@ def test_subclasses_and_device_buffer_defer(cache):
 
 
 def test_threads_lose_nothing(cache):
-    errors = []
-
     def work(seed):
-        try:
-            for k in range(3000):
-                b = nbrmm.Buffer(1 + (seed * 7919 + k * 31) % 4096, mr=cache)
-                if k % 5 == 0:
-                    b.close()
-                del b
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for k in range(3000):
+            b = nbrmm.Buffer(1 + (seed * 7919 + k * 31) % 4096, mr=cache)
+            if k % 5 == 0:
+                b.close()
+            del b
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-        assert not t.is_alive()
-    assert errors == []
+    assert run_threads(work, 6) == []
     _nbrmm._flush_deferred_frees()
     assert _testing.live_bytes(cache) == 0
 

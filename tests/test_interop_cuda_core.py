@@ -33,6 +33,7 @@ from helpers import (
     cuda_core_host_resource,
     read_host,
     run_python,
+    run_threads,
     write_host,
 )
 from extensions import cpp_ext, testing
@@ -826,24 +827,16 @@ def test_a_cycle_through_an_adapter_is_collected():
 
 def test_threads_allocate_and_free_through_one_adapter():
     heap, adapter = host_adapter()
-    errors = []
 
-    def work():
-        try:
-            cuda_core_thread()
-            for i in range(300):
-                buf = adapter.allocate(8 + i % 64, stream=LEGACY if i % 2 else PER_THREAD)
-                if i % 3:
-                    buf.close()
-                del buf
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def work(_):
+        cuda_core_thread()
+        for i in range(300):
+            buf = adapter.allocate(8 + i % 64, stream=LEGACY if i % 2 else PER_THREAD)
+            if i % 3:
+                buf.close()
+            del buf
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(work, 8)
     collect()
     assert errors == []
     assert heap.live == {}
@@ -984,25 +977,17 @@ def test_the_death_of_its_resource_does_the_waiting_free(cache_adapter):
 
 def test_threads_lose_no_waiting_free(cache_adapter):
     cache, adapter = cache_adapter
-    errors = []
 
     def work(k):
-        try:
-            cuda_core_thread()
-            for i in range(400):
-                stream = (LEGACY, PER_THREAD, cc.Stream.from_handle(0x5000 + k))[i % 3]
-                buf = adapter.allocate(8 + (i * k) % 500, stream=stream)
-                if i % 4:
-                    buf.close()
-                del buf
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        cuda_core_thread()
+        for i in range(400):
+            stream = (LEGACY, PER_THREAD, cc.Stream.from_handle(0x5000 + k))[i % 3]
+            buf = adapter.allocate(8 + (i * k) % 500, stream=stream)
+            if i % 4:
+                buf.close()
+            del buf
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(work, 8)
     collect()
     assert errors == []
     nbrmm._nbrmm._flush_deferred_frees()
