@@ -1003,6 +1003,8 @@ def test_a_waiting_free_at_exit_and_in_a_forked_child():
         from nbrmm import _nbrmm
         from extensions import testing
 
+        if nbrmm.get_device_count() > 0:  # cuda.core wants a context with a driver
+            cc.Device(nbrmm.get_current_device()).set_current()
         cache = testing.host_cache_resource()
         adapter = interop.to_cuda_core_memory_resource(
             cache, is_device_accessible=False, is_host_accessible=True)
