@@ -166,7 +166,7 @@ bool stream_handle(PyObject* stream, std::uintptr_t& handle)
 // free only refills its own lists: deferred_frees.hpp) on a cuda.core Stream, the free
 // waits in `waiting` instead, the Stream kept with it, and is done in the GIL release of
 // the adapter's next allocate: one hand-over for the pair. The Stream is asked for its
-// handle only then (by identity, when the allocation is on the same Stream object). A
+// handle only then (unless it is, or equals, the Stream of that allocation). A
 // Stream closed meanwhile has no handle any more, and its CUDA stream may be gone with
 // work still queued: the memory's device is synchronised, and the free is ordered on the
 // legacy default stream. At most one free waits; the next one to wait does the previous
@@ -243,10 +243,19 @@ class taken_free {
     } else if (may_call_python && types != nullptr) {
       PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
       PyErr_Fetch(&type, &value, &trace);
-      try {
-        found = stream_handle(w_.stream, handle);  // (a closed Stream raises)
-      } catch (...) {
-        found = false;
+      // cuda.core hands deallocate a Stream object of its own. One equal to the (open)
+      // Stream just asked for its handle is the same CUDA stream, open: a comparison
+      // costs less than the protocol call.
+      if (known != nullptr && Py_IS_TYPE(known, Py_TYPE(w_.stream)) &&
+          PyObject_RichCompareBool(w_.stream, known, Py_EQ) == 1) {
+        handle = known_handle;
+        found  = true;
+      } else {
+        try {
+          found = stream_handle(w_.stream, handle);  // (a closed Stream raises)
+        } catch (...) {
+          found = false;
+        }
       }
       PyErr_Clear();
       PyErr_Restore(type, value, trace);

@@ -931,6 +931,12 @@ def test_the_waiting_free_keeps_its_stream_until_it_is_done(cache_adapter):
     collect()
     assert ref() is None and waiting() == (1, 8)
     assert testing.live_bytes(cache) == 256  # the 300 bytes are back; the 8 wait
+    # A Stream equal to the allocation's (the same CUDA stream, another object).
+    p = cache.allocate(300)
+    adapter.deallocate(p, 300, stream=cc.Stream.from_handle(0x5000))
+    again = adapter.allocate(300, stream=cc.Stream.from_handle(0x5000))
+    assert waiting() == (0, 0) and again.handle == p
+    again.close()
 
 
 def test_a_stream_closed_while_its_free_waits_is_waited_for(cache_adapter):
