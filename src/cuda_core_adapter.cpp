@@ -13,7 +13,6 @@
 // that memory `Buffer.from_handle` never took goes back on either path (make_buffer).
 #include "args.hpp"
 #include "bindings.hpp"
-#include "deferred_frees.hpp"
 #include "errors.hpp"
 #include "gil.hpp"
 #include "resource.hpp"
@@ -24,8 +23,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
-#include <new>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -155,202 +152,6 @@ bool stream_handle(PyObject* stream, std::uintptr_t& handle)
   }
   handle = static_cast<std::uintptr_t>(v);
   return true;
-}
-
-// ------------------------------------------------------------------------------------
-// The free that waits for the adapter's next call (deferred_frees::adapter)
-// ------------------------------------------------------------------------------------
-//
-// Freeing hands the GIL over, because the resource's deallocate may block. When
-// cuda.core's Buffer.close calls deallocate for a small block of a caching resource (its
-// free only refills its own lists: deferred_frees.hpp) on a cuda.core Stream, the free
-// waits in `waiting` instead, the Stream kept with it, and is done in the GIL release of
-// the adapter's next allocate: one hand-over for the pair. The Stream is asked for its
-// handle only then (unless it is, or equals, the Stream of that allocation). A
-// Stream closed meanwhile has no handle any more, and its CUDA stream may be gone with
-// work still queued: the memory's device is synchronised, and the free is ordered on the
-// legacy default stream. At most one free waits; the next one to wait does the previous
-// one, and so do the death of its resource object, deferred_frees' flush from Python,
-// the switch that turns deferral off, and interpreter exit.
-
-/// A free that waits, or is taken out to be done.
-struct waiting_free {
-  std::shared_ptr<device_resource> res;  ///< the resource's C++ copy (null: none)
-  block b;
-  std::size_t bytes{0};
-  int device{-1};
-  PyObject* stream{};             ///< the cuda.core Stream it is ordered on (strong)
-  DeviceMemoryResource* owner{};  ///< counts it in queued_frees while it waits (or null)
-  std::thread::id thread;         ///< the thread whose deallocate left it
-};
-
-#if !defined(Py_GIL_DISABLED)
-/// The free that waits (res null: none). Guarded by the GIL; never destroyed.
-waiting_free* waiting = nullptr;
-#endif
-
-/// Synchronises `device` (-1: the current one) and the current device; errors are
-/// dropped (a context that failed runs nothing more). Call without the GIL.
-void synchronize_device(int device) noexcept
-{
-  try {
-    device_scope const on_device{device};
-    (void)cudaDeviceSynchronize();
-  } catch (...) {
-  }
-  (void)cudaDeviceSynchronize();
-  (void)cudaGetLastError();
-}
-
-/// A waiting free taken out of `waiting` (none by default), freed by this object: with
-/// the GIL released around it, once; then its Stream is let go of (with the GIL).
-class taken_free {
- public:
-  taken_free() noexcept = default;
-  explicit taken_free(waiting_free&& w) noexcept : w_{std::move(w)}
-  {
-    // The resource object may die while this is done: it no longer counts the free (the
-    // share of its C++ copy keeps the resource itself).
-    if (w_.owner != nullptr) { --w_.owner->queued_frees; }
-    w_.owner = nullptr;
-  }
-  taken_free(taken_free&& other) noexcept
-    : w_{std::exchange(other.w_, waiting_free{})},
-      on_{other.on_},
-      ordered_{other.ordered_},
-      done_{other.done_}
-  {
-  }
-  taken_free(taken_free const&)            = delete;
-  taken_free& operator=(taken_free const&) = delete;
-  taken_free& operator=(taken_free&&)      = delete;
-  ~taken_free() { finish(); }
-
-  explicit operator bool() const noexcept { return w_.res != nullptr; }
-
-  /// Works out the stream the free is ordered on. `known` (with `known_handle`) is a
-  /// Stream object whose handle was just asked for; any other is asked now where
-  /// `may_call_python`. GIL held.
-  void resolve(bool may_call_python, PyObject* known = nullptr,
-               std::uintptr_t known_handle = 0) noexcept
-  {
-    if (!*this) { return; }
-    std::uintptr_t handle = 0;
-    bool found            = false;
-    if (w_.stream == known) {
-      handle = known_handle;
-      found  = true;
-    } else if (may_call_python && types != nullptr) {
-      PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
-      PyErr_Fetch(&type, &value, &trace);
-      // cuda.core hands deallocate a Stream object of its own. One equal to the (open)
-      // Stream just asked for its handle is the same CUDA stream, open: a comparison
-      // costs less than the protocol call.
-      if (known != nullptr && Py_IS_TYPE(known, Py_TYPE(w_.stream)) &&
-          PyObject_RichCompareBool(w_.stream, known, Py_EQ) == 1) {
-        handle = known_handle;
-        found  = true;
-      } else {
-        try {
-          found = stream_handle(w_.stream, handle);  // (a closed Stream raises)
-        } catch (...) {
-          found = false;
-        }
-      }
-      PyErr_Clear();
-      PyErr_Restore(type, value, trace);
-    }
-    // The per-thread default stream is another stream on each thread.
-    if (found && handle == reinterpret_cast<std::uintptr_t>(cudaStreamPerThread) &&
-        w_.thread != std::this_thread::get_id()) {
-      found = false;
-    }
-    on_      = reinterpret_cast<cudaStream_t>(handle);
-    ordered_ = found;
-  }
-
-  /// The free, as raw_allocate's first step.
-  first_step step() noexcept { return *this ? first_step{&run_step, this} : first_step{}; }
-
-  /// Does the free (call without the GIL).
-  void run() noexcept
-  {
-    if (!*this || done_) { return; }
-    done_ = true;
-    if (!ordered_) {
-      synchronize_device(w_.device);
-      on_ = nullptr;
-    }
-    free_block(*w_.res, cuda::stream_ref{on_}, w_.b, w_.device);
-  }
-
-  /// Does the free unless done (releasing the GIL), then lets go of the resource and the
-  /// Stream. GIL held.
-  void finish() noexcept
-  {
-    if (!*this) { return; }
-    if (!done_) {
-      gil_release release;
-      run();
-    }
-    w_.res.reset();
-    Py_CLEAR(w_.stream);
-  }
-
- private:
-  static void run_step(void* self) noexcept { static_cast<taken_free*>(self)->run(); }
-
-  waiting_free w_;
-  cudaStream_t on_{};
-  bool ordered_{false};
-  bool done_{false};
-};
-
-/// Takes the waiting free out, or none. GIL held.
-taken_free take_waiting() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (waiting != nullptr && waiting->res != nullptr) {
-    return taken_free{std::exchange(*waiting, waiting_free{})};
-  }
-#endif
-  return taken_free{};
-}
-
-/// Whether a free of `bytes` to the resource object `mr` on a cuda.core Stream may wait.
-/// GIL held.
-bool may_wait(nb::handle mr, std::size_t bytes) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  return waiting != nullptr && bytes <= deferred_frees::byte_budget &&
-         deferred_frees::accepting() && !inside_callback() &&
-         nb::inst_ptr<DeviceMemoryResource>(mr)->caches();
-#else
-  (void)mr;
-  (void)bytes;
-  return false;
-#endif
-}
-
-/// Leaves the free of `a` (taken out of the records) ordered on `stream` waiting; returns
-/// the free that waited before it, to be done by the caller. GIL held; may_wait was true.
-taken_free leave_waiting(raw_taken&& a, std::size_t bytes, PyObject* stream) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  DeviceMemoryResource* owner =
-    a.owner != nullptr ? nb::inst_ptr<DeviceMemoryResource>(a.owner) : nullptr;
-  taken_free previous = take_waiting();
-  *waiting = waiting_free{std::move(a.res), a.b,    bytes, a.device, Py_NewRef(stream),
-                          owner,            std::this_thread::get_id()};
-  if (owner != nullptr) { ++owner->queued_frees; }
-  Py_XDECREF(a.owner);  // (the count stands for it: see DeviceMemoryResource::queued_frees)
-  return previous;
-#else
-  (void)a;
-  (void)bytes;
-  (void)stream;
-  return taken_free{};
-#endif
 }
 
 /// A pointer value: an int (or an object with __index__, not a bool) in [0, 2**64), or
@@ -583,12 +384,7 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
   }
   check_request(bytes, default_alignment, "size");
   cuda::stream_ref const on{reinterpret_cast<cudaStream_t>(handle)};
-  // A free that waits is done in the allocation's GIL release (first, so that its block
-  // can serve this allocation), and in any case before this returns.
-  taken_free previous = inside_callback() ? taken_free{} : take_waiting();
-  previous.resolve(true, stream.ptr(), handle);
-  std::uintptr_t const ptr = raw_allocate(mr, bytes, default_alignment, on, previous.step());
-  previous.finish();
+  std::uintptr_t const ptr = raw_allocate(mr, bytes, default_alignment, on);
   return make_buffer(types->from_handle, types->stream_kwnames, self, ptr, size.ptr(),
                      stream.ptr(),
                      [&] { raw_deallocate(mr, ptr, bytes, default_alignment, on); });
@@ -600,18 +396,8 @@ void cuda_core_deallocate(nb::handle self, nb::handle ptr, nb::handle size, nb::
   std::size_t address = 0, bytes = 0;
   std::uintptr_t handle = 0;
   nb::object mr = nb::steal(fast_resource(self.ptr()));
-  bool const fast = mr.is_valid() && small_uint(ptr.ptr(), address) &&
-                    small_uint(size.ptr(), bytes) &&
-                    Py_TYPE(stream.ptr()) == reinterpret_cast<PyTypeObject*>(types->stream);
-  if (fast && may_wait(mr, bytes)) {
-    raw_taken a = raw_take(mr, address, bytes, default_alignment);
-    if (a.res == nullptr) { return; }
-    // The free waits; the one that waited before is done now.
-    taken_free previous = leave_waiting(std::move(a), bytes, stream.ptr());
-    previous.resolve(true);
-    return;
-  }
-  if (!fast || !stream_handle(stream.ptr(), handle)) {
+  if (!mr.is_valid() || !small_uint(ptr.ptr(), address) || !small_uint(size.ptr(), bytes) ||
+      !stream_handle(stream.ptr(), handle)) {
     general(self.ptr(), types->deallocate_general, {ptr.ptr(), size.ptr()}, stream.ptr());
     return;
   }
@@ -755,67 +541,12 @@ void release_cuda_core_adapter() noexcept
   delete t;
 }
 
-namespace deferred_frees::adapter {
-
-std::pair<int, std::size_t> waiting() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (nbrmm::waiting != nullptr && nbrmm::waiting->res != nullptr) {
-    return {1, nbrmm::waiting->bytes};
-  }
-#endif
-  return {0, 0};
-}
-
-void flush(bool may_call_python) noexcept
-{
-  taken_free taken = take_waiting();
-  taken.resolve(may_call_python);
-}  // (done by ~taken_free)
-
-void owner_dies(DeviceMemoryResource const* owner, bool gil) noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (nbrmm::waiting == nullptr || nbrmm::waiting->owner != owner) { return; }
-  if (gil) {
-    flush(false);  // (no Python code while the object dies)
-  } else {
-    --nbrmm::waiting->owner->queued_frees;
-    nbrmm::waiting->owner = nullptr;
-  }
-#else
-  (void)owner;
-  (void)gil;
-#endif
-}
-
-void forget() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  if (nbrmm::waiting != nullptr && nbrmm::waiting->res != nullptr) {
-    // The block, the resource and the Stream belong to the parent's CUDA context: all are
-    // left alone (the share moves into storage that is never destroyed).
-    alignas(std::shared_ptr<device_resource>) static unsigned char
-      left[sizeof(std::shared_ptr<device_resource>)];
-    new (left) std::shared_ptr<device_resource>{std::move(nbrmm::waiting->res)};
-    nbrmm::waiting->stream = nullptr;
-    if (nbrmm::waiting->owner != nullptr) { --nbrmm::waiting->owner->queued_frees; }
-    nbrmm::waiting->owner = nullptr;
-  }
-#endif
-}
-
-}  // namespace deferred_frees::adapter
-
 void bind_cuda_core_adapter(nb::module_& m)
 {
   if (handover_list == nullptr) {  // (once per process: every interpreter shares it)
     handover_list = new std::vector<handover>;
     handover_list->reserve(16);  // (no allocation per call in the common case)
   }
-#if !defined(Py_GIL_DISABLED)
-  if (waiting == nullptr) { waiting = new waiting_free; }
-#endif
   m.def(
     "_cuda_core_adapter_setup",
     [](nb::handle adapter, nb::handle stream, nb::handle from_handle) {

@@ -161,7 +161,7 @@ void remove_in_flight(entries* batch) noexcept
   }
   batch->prev_in_flight = batch->next_in_flight = nullptr;
 }
-bool accept_frees{true};  // false when switched off, and for good once stop() ran
+bool accepting{true};  // false when switched off, and for good once stop() ran
 bool stopped{false};
 #endif
 
@@ -197,7 +197,7 @@ bool defer(held_resource& res, block const& b, cudaStream_t stream, int device,
 #if defined(Py_GIL_DISABLED)
   return false;
 #else
-  if (!accept_frees || queue->full() || b.raw_bytes > byte_budget - queue->bytes() ||
+  if (!accepting || queue->full() || b.raw_bytes > byte_budget - queue->bytes() ||
       !is_legacy_default(stream)) {
     return false;
   }
@@ -274,17 +274,15 @@ void flush() noexcept
 void stop() noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  accept_frees = false;
-  stopped      = true;
+  accepting = false;
+  stopped   = true;
   flush();
-  adapter::flush(true);  // (called from Python, at exit)
 #endif
 }
 
 void forget() noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  adapter::forget();
   if (queue->count() != 0) {
     entries* fresh = new (std::nothrow) entries;
     if (fresh != nullptr) { queue = fresh; }  // the old storage and its entries are leaked
@@ -295,22 +293,10 @@ void forget() noexcept
 bool enable(bool on) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  bool const was = accept_frees;
-  accept_frees   = on && !stopped;
-  if (!accept_frees) {
-    flush();
-    adapter::flush(true);  // (called from Python)
-  }
+  bool const was = accepting;
+  accepting      = on && !stopped;
+  if (!accepting) { flush(); }
   return was;
-#else
-  return false;
-#endif
-}
-
-bool accepting() noexcept
-{
-#if !defined(Py_GIL_DISABLED)
-  return accept_frees;
 #else
   return false;
 #endif
@@ -319,8 +305,7 @@ bool accepting() noexcept
 std::pair<int, std::size_t> pending() noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  auto const [count, bytes] = adapter::waiting();
-  return {queue->count() + count, queue->bytes() + bytes};
+  return {queue->count(), queue->bytes()};
 #else
   return {0, 0};
 #endif
@@ -337,11 +322,7 @@ void bind_deferred_frees(nb::module_& m)
     nb::sig("def _deferred_frees() -> tuple[int, int]"),
     "The frees waiting for nbrmm's next GIL release: ``(count, bytes)``.");
   m.def(
-    "_flush_deferred_frees",
-    []() {
-      deferred_frees::flush();
-      deferred_frees::adapter::flush(true);
-    },
+    "_flush_deferred_frees", []() { deferred_frees::flush(); },
     "Perform the frees waiting for nbrmm's next GIL release now.");
   m.def("_defer_frees", &deferred_frees::enable, nb::arg("enabled"),
         R"doc(Turn the deferral of frees on or off (to measure its effect).

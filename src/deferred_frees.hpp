@@ -78,34 +78,6 @@ void forget() noexcept;
 /// whether it was on. Call with the GIL held.
 bool enable(bool on) noexcept;
 
-/// Whether frees may wait now: deferral is on (never with the GIL disabled). Call with
-/// the GIL held.
-bool accepting() noexcept;
-
-/// The free that cuda.core left waiting for the next call of an nbrmm.interop adapter
-/// (cuda_core_adapter.cpp): one at most, ordered on a cuda.core Stream that is asked for
-/// its handle only when the free is done. The queue's rules above (caching resources,
-/// counted owners, never inside a callback, nothing with the GIL disabled) hold for it.
-namespace adapter {
-
-/// The waiting free as (count, bytes): (0, 0) or (1, its size).
-std::pair<int, std::size_t> waiting() noexcept;
-
-/// Performs the waiting free now. Where the caller may run Python code, its stream is
-/// asked for its handle; elsewhere (or when the stream was closed meanwhile) the memory's
-/// device is synchronised and the free is ordered on the legacy default stream. Call with
-/// the GIL held.
-void flush(bool may_call_python) noexcept;
-
-/// The resource object `owner` dies: a waiting free it counts is done (without Python
-/// code) when `gil` (the GIL is held), and no free under way counts in it any more.
-void owner_dies(DeviceMemoryResource const* owner, bool gil) noexcept;
-
-/// Drops the waiting free without freeing anything (in a forked child).
-void forget() noexcept;
-
-}  // namespace adapter
-
 /// Number of queued frees and their bytes.
 std::pair<int, std::size_t> pending() noexcept;
 

@@ -191,22 +191,15 @@ std::string hex(std::uintptr_t p)
 }  // namespace
 
 std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignment,
-                            cuda::stream_ref s, first_step first)
+                            cuda::stream_ref s)
 {
   auto& r              = *nb::inst_ptr<DeviceMemoryResource>(self);
   device_resource& res = r.get();
   check_reentry(self, "allocate");
-  if (n == 0) {
-    if (first) {
-      gil_release release;
-      first.run();
-    }
-    return 0;
-  }
+  if (n == 0) { return 0; }
   block b;
   {
     gil_release release;
-    if (first) { first.run(); }
     b = allocate_block(res, s, n, alignment);
   }
   auto const key = reinterpret_cast<std::uintptr_t>(b.data);
@@ -229,10 +222,11 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   return key;
 }
 
-raw_taken raw_take(nb::handle self, std::uintptr_t ptr, std::size_t n, std::size_t alignment)
+void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::size_t alignment,
+                    cuda::stream_ref s)
 {
   auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
-  if (ptr == 0 && n == 0) { return {}; }
+  if (ptr == 0 && n == 0) { return; }
   check_reentry(self, "deallocate");
   raw_allocation a{};
   nb::object other;  // the resource object that allocated `ptr`, when it is another's
@@ -274,14 +268,6 @@ raw_taken raw_take(nb::handle self, std::uintptr_t ptr, std::size_t n, std::size
                               : std::string{}))
                             .c_str());
   }
-  return {std::move(a.res), a.b, a.device, a.owner};
-}
-
-void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::size_t alignment,
-                    cuda::stream_ref s)
-{
-  raw_taken a = raw_take(self, ptr, n, alignment);
-  if (!a.res) { return; }
   {
     gil_release release;
     free_block(*a.res, s, a.b, a.device);

@@ -307,7 +307,6 @@ bool DeviceMemoryResource::caches() noexcept
 
 DeviceMemoryResource::~DeviceMemoryResource()
 {
-  if (queued_frees != 0) { deferred_frees::adapter::owner_dies(this, holds_gil()); }
   if (queued_frees != 0 && holds_gil()) { deferred_frees::flush(); }
   if (queued_frees != 0) { deferred_frees::forget_owner(this); }
 }
@@ -499,10 +498,7 @@ void resource_finalize(PyObject* self)
   if (!nb::inst_ready(self)) { return; }
   auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
   r->holders.release_all();
-  if (r->queued_frees != 0) {
-    deferred_frees::adapter::owner_dies(r, true);
-    deferred_frees::flush();
-  }
+  if (r->queued_frees != 0) { deferred_frees::flush(); }
 }
 
 }  // namespace

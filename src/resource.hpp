@@ -265,6 +265,18 @@ inline bool would_reenter(nb::handle mr) noexcept
   return inside_callback() && detail::would_reenter_slow(mr);
 }
 
+/// DeviceMemoryResource.allocate of the resource object `self`, its arguments checked
+/// (`bytes` passed check_request with `alignment`): allocates, records the allocation
+/// under its address (keeping `self` alive) and returns the address (0 for 0 bytes).
+std::uintptr_t raw_allocate(nb::handle self, std::size_t bytes, std::size_t alignment,
+                            cuda::stream_ref stream);
+
+/// DeviceMemoryResource.deallocate of `self`, its arguments parsed: frees a recorded
+/// allocation of `self` made with these `bytes` and `alignment`, or raises ValueError
+/// naming what does not match (nothing is freed then).
+void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t bytes,
+                    std::size_t alignment, cuda::stream_ref stream);
+
 /// Lets go of what nbrmm.interop registered for NbrmmMemoryResource's methods (at
 /// interpreter exit; cuda_core_adapter.cpp). Later calls allocate nothing, free nothing.
 void release_cuda_core_adapter() noexcept;
@@ -434,45 +446,5 @@ class held_resource {
  private:
   std::variant<std::monostate, std::shared_ptr<device_resource>, device_resource> held_;
 };
-
-// ------------------------------------------------------------------------------------
-// DeviceMemoryResource.allocate / deallocate (memory_resource.cpp)
-// ------------------------------------------------------------------------------------
-
-/// Work that raw_allocate does first in its GIL release (a free that waited for it).
-struct first_step {
-  void (*fn)(void*) noexcept = nullptr;
-  void* context              = nullptr;
-  explicit operator bool() const noexcept { return fn != nullptr; }
-  void run() const noexcept { fn(context); }
-};
-
-/// DeviceMemoryResource.allocate of the resource object `self`, its arguments checked
-/// (`bytes` passed check_request with `alignment`): allocates, records the allocation
-/// under its address (keeping `self` alive) and returns the address (0 for 0 bytes).
-/// `first`, if given, runs in the same GIL release before the allocation (whatever
-/// happens to the allocation).
-std::uintptr_t raw_allocate(nb::handle self, std::size_t bytes, std::size_t alignment,
-                            cuda::stream_ref stream, first_step first = {});
-
-/// A recorded allocation taken out of the records (raw_take): what freeing it needs.
-struct raw_taken {
-  std::shared_ptr<device_resource> res;  ///< null: nothing to free (0 bytes at 0)
-  block b;
-  int device{-1};
-  PyObject* owner{};  ///< the resource object that allocated it (strong, or null at exit)
-};
-
-/// The checks of DeviceMemoryResource.deallocate of `self`, its arguments parsed: takes
-/// the recorded allocation of `self` made with these `bytes` and `alignment` out of the
-/// records, or raises ValueError naming what does not match (the record stays then). The
-/// caller frees it.
-raw_taken raw_take(nb::handle self, std::uintptr_t ptr, std::size_t bytes,
-                   std::size_t alignment);
-
-/// DeviceMemoryResource.deallocate of `self`, its arguments parsed: raw_take, then frees
-/// the allocation on `stream`.
-void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t bytes,
-                    std::size_t alignment, cuda::stream_ref stream);
 
 }  // namespace nbrmm
