@@ -50,6 +50,14 @@ struct adapter_types {
   PyObject* core_member{};
   /// Where that slot lies in the adapter's instances (the descriptor's offset), or -1.
   Py_ssize_t core_offset{-1};
+  /// Marks of recent stream handles (see stream_handle): `Stream.from_handle(handle)`
+  /// objects made here and never handed out, so never closed (strong, or null).
+  PyObject* marks[2]{};
+  std::uintptr_t marked[2]{};  ///< their handles (nonzero)
+  int last_mark{0};            ///< the mark last made or matched
+  /// The handle of the last Stream that matched no mark: a mark is made for a handle
+  /// seen twice in a row, not for every stream passing by.
+  std::uintptr_t unmarked{0};
 };
 
 adapter_types* types = nullptr;
@@ -130,11 +138,71 @@ PyObject* own_method(PyObject* type, PyObject* name)
   return Py_NewRef(found);
 }
 
-/// The handle of a cuda.core Stream (`__cuda_stream__()[1]`), or false where it has none
-/// this path takes (no Python error set then, unless the call itself raised: then throws).
+/// Whether the cuda.core Stream `stream` equals a mark: then `handle` is its handle.
+///
+/// A Stream's handle never changes while it is open, and Streams compare equal when their
+/// handles are equal (a closed one has none; only handle 0 equals it, which is never
+/// marked). A mark is never closed, as nobody else has it: a Stream equal to one is open,
+/// with the mark's handle. cuda.core hands deallocate a Stream object of its own for each
+/// free, and allocations come on the caller's: a comparison costs much less than a
+/// `__cuda_stream__` call. Marks are kept where the GIL is enabled.
+bool marked_handle([[maybe_unused]] PyObject* stream, [[maybe_unused]] std::uintptr_t& handle) noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  for (int k = 0; k < 2; ++k) {
+    int const i     = (types->last_mark + k) % 2;
+    PyObject* const m = types->marks[i];
+    if (m == nullptr) { continue; }
+    int const equal = PyObject_RichCompareBool(stream, m, Py_EQ);
+    if (equal == 1) {
+      handle           = types->marked[i];
+      types->last_mark = i;
+      return true;
+    }
+    if (equal < 0) { PyErr_Clear(); }
+  }
+#endif
+  return false;
+}
+
+/// Notes `handle` (nonzero), just read from a Stream that matched no mark; the second time
+/// in a row, a mark is made for it (in place of the one least recently used). Runs
+/// cuda.core's `Stream.from_handle`; a failure leaves no mark and no Python error.
+void note_handle([[maybe_unused]] std::uintptr_t handle) noexcept
+{
+#if !defined(Py_GIL_DISABLED)
+  if (handle == 0 || handle != std::exchange(types->unmarked, handle)) { return; }
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  PyObject* made = nullptr;
+  if (PyObject* number = PyLong_FromUnsignedLongLong(handle)) {
+    made = PyObject_CallMethod(types->stream, "from_handle", "O", number);
+    Py_DECREF(number);
+  }
+  PyErr_Clear();
+  PyErr_Restore(type, value, trace);
+  // (Python code ran: exit may have released `types` meanwhile, see allocate_method.)
+  if (made == nullptr || types == nullptr ||
+      !Py_IS_TYPE(made, reinterpret_cast<PyTypeObject*>(types->stream))) {
+    Py_XDECREF(made);
+    return;
+  }
+  int const i = 1 - types->last_mark;
+  std::swap(types->marks[i], made);
+  types->marked[i]  = handle;
+  types->last_mark  = i;
+  types->unmarked   = 0;
+  Py_XDECREF(made);  // the mark replaced
+#endif
+}
+
+/// The handle of a cuda.core Stream (a mark's, or `__cuda_stream__()[1]`), or false where
+/// it has none this path takes (no Python error set then, unless the call itself raised:
+/// then throws).
 bool stream_handle(PyObject* stream, std::uintptr_t& handle)
 {
   if (Py_TYPE(stream) != reinterpret_cast<PyTypeObject*>(types->stream)) { return false; }
+  if (marked_handle(stream, handle)) { return true; }
   PyObject* args[] = {stream};
   nb::object value =
     nb::steal(types->cuda_stream_method != nullptr
@@ -151,6 +219,8 @@ bool stream_handle(PyObject* stream, std::uintptr_t& handle)
     return false;
   }
   handle = static_cast<std::uintptr_t>(v);
+  value.reset();
+  note_handle(handle);
   return true;
 }
 
@@ -534,8 +604,8 @@ void release_cuda_core_adapter() noexcept
   adapter_types* t = std::exchange(types, nullptr);
   if (t == nullptr) { return; }
   for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->core_member,
-                      t->cuda_stream_name, t->cuda_stream_method,
-                      t->stream_kwnames, t->allocate_general, t->deallocate_general}) {
+                      t->cuda_stream_name, t->cuda_stream_method, t->stream_kwnames,
+                      t->allocate_general, t->deallocate_general, t->marks[0], t->marks[1]}) {
     Py_XDECREF(o);
   }
   delete t;

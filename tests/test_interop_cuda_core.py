@@ -299,6 +299,49 @@ def test_stream_handles_seen_by_deallocate_are_cached_within_bounds():
     assert len(interop._nb_by_handle) <= interop._NB_BY_HANDLE_LIMIT
     assert rec.heap.live == {}
 
+def test_streams_are_known_by_comparison_with_marks_never_closed():
+    # The C path learns a Stream's handle by comparing it with Stream objects of its own
+    # (made for a handle seen twice in a row): equal Streams have equal handles. A closed
+    # Stream equals none of them and raises as before, also where its handle was marked.
+    heap, log = HostHeap(), []
+
+    def alloc(nbytes, stream):
+        log.append(stream.handle)
+        return heap.allocate(nbytes, stream)
+
+    def free(ptr, nbytes, stream):
+        log.append(stream.handle)
+        heap.deallocate(ptr, nbytes, stream)
+
+    _, adapter = host_adapter(mr=nbrmm.mr.CallbackMemoryResource(alloc, free))
+
+    def allocated_on(stream):
+        del log[:]
+        adapter.allocate(8, stream=stream).close()
+        return log[0]
+
+    first, second = cc.Stream.from_handle(0x5000), cc.Stream.from_handle(0x6000)
+    for _ in range(3):
+        assert allocated_on(first) == 0x5000 and allocated_on(second) == 0x6000
+    for _ in range(3):  # both marked now: other objects over the same handles, alternating
+        assert allocated_on(cc.Stream.from_handle(0x5000)) == 0x5000
+        assert allocated_on(cc.Stream.from_handle(0x6000)) == 0x6000
+    assert allocated_on(cc.Stream.from_handle(0x7000)) == 0x7000
+    first.close()
+    ptr = adapter.upstream_mr.allocate(8)
+    with pytest.raises(RuntimeError, match="closed"):
+        adapter.deallocate(ptr, 8, stream=first)  # its handle was marked: not used
+    # Handle 0 is never marked: a closed Stream compares equal to a Stream over it.
+    zero = cc.Stream.from_handle(0)
+    for _ in range(3):
+        adapter.deallocate(adapter.upstream_mr.allocate(8), 8, stream=zero)
+        assert log[-1] == 0
+        with pytest.raises(RuntimeError, match="closed"):
+            adapter.deallocate(ptr, 8, stream=first)
+    adapter.deallocate(ptr, 8, stream=second)
+    assert heap.live == {}
+
+
 
 @pytest.mark.parametrize(
     ("size", "exc", "match"),
