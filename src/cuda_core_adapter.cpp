@@ -19,6 +19,7 @@
 
 #include <structmember.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -58,7 +59,15 @@ struct adapter_types {
   /// The handle of the last Stream that matched no mark: a mark is made for a handle
   /// seen twice in a row, not for every stream passing by.
   std::uintptr_t unmarked{0};
+  /// Marks that may be made now. Making one (cuda.core's `Stream.from_handle`) costs
+  /// microseconds: where more streams take turns than there are marks, one is made at
+  /// most every `misses_per_mark` handles read without a mark.
+  int mark_tokens{2};
+  std::uint32_t misses{0};  ///< handles read without a mark since the last token came
+  std::uint64_t marks_made{0};  ///< (for tests)
 };
+
+constexpr std::uint32_t misses_per_mark = 1024;
 
 adapter_types* types = nullptr;
 
@@ -171,7 +180,15 @@ bool marked_handle([[maybe_unused]] PyObject* stream, [[maybe_unused]] std::uint
 void note_handle([[maybe_unused]] std::uintptr_t handle) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
-  if (handle == 0 || handle != std::exchange(types->unmarked, handle)) { return; }
+  if (++types->misses == misses_per_mark) {
+    types->misses      = 0;
+    types->mark_tokens = std::min(types->mark_tokens + 1, 2);
+  }
+  if (handle == 0 || handle != std::exchange(types->unmarked, handle) ||
+      types->mark_tokens == 0) {
+    return;
+  }
+  --types->mark_tokens;
   PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
   PyErr_Fetch(&type, &value, &trace);
   PyObject* made = nullptr;
@@ -192,6 +209,7 @@ void note_handle([[maybe_unused]] std::uintptr_t handle) noexcept
   types->marked[i]  = handle;
   types->last_mark  = i;
   types->unmarked   = 0;
+  ++types->marks_made;
   Py_XDECREF(made);  // the mark replaced
 #endif
 }
@@ -452,6 +470,11 @@ nb::object cuda_core_allocate(nb::handle self, nb::handle size, nb::handle strea
     return make_buffer(from_handle.ptr(), kwnames.ptr(), self, ptr, bytes_obj.ptr(), on.ptr(),
                        [&] { self.attr("_deallocate")(ptr_obj, bytes_obj, nb_stream); });
   }
+  if (types == nullptr) {  // (stream_handle may run Python code: exit may have begun)
+    throw nb::builtin_exception(nb::exception_type::runtime_error,
+                                "the interpreter is shutting down: nbrmm no longer "
+                                "allocates for cuda.core");
+  }
   check_request(bytes, default_alignment, "size");
   cuda::stream_ref const on{reinterpret_cast<cudaStream_t>(handle)};
   std::uintptr_t const ptr = raw_allocate(mr, bytes, default_alignment, on);
@@ -660,6 +683,10 @@ void bind_cuda_core_adapter(nb::module_& m)
     "Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods "
     "use (done by nbrmm.interop at import); returns the class's ``allocate`` and "
     "``deallocate`` methods (written in src/cuda_core_adapter.cpp).");
+  m.def(
+    "_cuda_core_stream_marks", []() -> std::uint64_t { return types != nullptr ? types->marks_made : 0; },
+    "How many Stream marks the adapter's methods made since nbrmm.interop registered them "
+    "(for tests).");
 }
 
 }  // namespace nbrmm

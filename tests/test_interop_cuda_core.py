@@ -314,33 +314,58 @@ def test_streams_are_known_by_comparison_with_marks_never_closed():
         heap.deallocate(ptr, nbytes, stream)
 
     _, adapter = host_adapter(mr=nbrmm.mr.CallbackMemoryResource(alloc, free))
+    upstream = adapter.upstream_mr
+    marks = nbrmm._nbrmm._cuda_core_stream_marks
 
-    def allocated_on(stream):
-        del log[:]
-        adapter.allocate(8, stream=stream).close()
-        return log[0]
+    def freed_on(stream):
+        adapter.deallocate(upstream.allocate(8), 8, stream=stream)
+        return log[-1]
 
+    turns = cc.Stream.from_handle(0x9000), cc.Stream.from_handle(0x9100)
+    for k in range(2048):  # never twice in a row: no mark, and room for two more
+        freed_on(turns[k % 2])
     first, second = cc.Stream.from_handle(0x5000), cc.Stream.from_handle(0x6000)
-    for _ in range(3):
-        assert allocated_on(first) == 0x5000 and allocated_on(second) == 0x6000
-    for _ in range(3):  # both marked now: other objects over the same handles, alternating
-        assert allocated_on(cc.Stream.from_handle(0x5000)) == 0x5000
-        assert allocated_on(cc.Stream.from_handle(0x6000)) == 0x6000
-    assert allocated_on(cc.Stream.from_handle(0x7000)) == 0x7000
-    first.close()
-    ptr = adapter.upstream_mr.allocate(8)
+    made = marks()
+    assert freed_on(first) == freed_on(first) == 0x5000  # seen twice in a row: marked
+    assert freed_on(second) == freed_on(second) == 0x6000
+    assert marks() == made + 2
+    for _ in range(3):  # other objects over the marked handles, alternating
+        assert freed_on(cc.Stream.from_handle(0x5000)) == 0x5000
+        assert freed_on(cc.Stream.from_handle(0x6000)) == 0x6000
+        del log[:]
+        adapter.allocate(8, stream=cc.Stream.from_handle(0x6000)).close()
+        assert log[0] == 0x6000
+    assert marks() == made + 2
+    first.close()  # the Stream whose handle was marked
+    ptr = upstream.allocate(8)
     with pytest.raises(RuntimeError, match="closed"):
-        adapter.deallocate(ptr, 8, stream=first)  # its handle was marked: not used
+        adapter.deallocate(ptr, 8, stream=first)
+    with pytest.raises(RuntimeError, match="closed"):
+        adapter.allocate(8, stream=first)
     # Handle 0 is never marked: a closed Stream compares equal to a Stream over it.
     zero = cc.Stream.from_handle(0)
     for _ in range(3):
-        adapter.deallocate(adapter.upstream_mr.allocate(8), 8, stream=zero)
-        assert log[-1] == 0
+        assert freed_on(zero) == freed_on(zero) == 0
         with pytest.raises(RuntimeError, match="closed"):
             adapter.deallocate(ptr, 8, stream=first)
     adapter.deallocate(ptr, 8, stream=second)
     assert heap.live == {}
 
+
+def test_streams_taking_turns_make_marks_seldom():
+    # Making a mark costs microseconds: with more streams taking turns than there are
+    # marks, one is made at most every 1024 handles read without one.
+    heap = HostHeap()
+    _, adapter = host_adapter(mr=heap.resource())
+    upstream = adapter.upstream_mr
+    streams = [cc.Stream.from_handle(0x5000 + 0x100 * k) for k in range(5)]
+    made = nbrmm._nbrmm._cuda_core_stream_marks()
+    for _ in range(600):
+        for stream in streams:  # each handle twice in a row, then the next one
+            adapter.deallocate(upstream.allocate(8), 8, stream=stream)
+            adapter.deallocate(upstream.allocate(8), 8, stream=stream)
+    assert nbrmm._nbrmm._cuda_core_stream_marks() - made <= 2 + 6000 // 1024
+    assert heap.live == {}
 
 
 @pytest.mark.parametrize(

@@ -1409,6 +1409,11 @@ def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: Callable[
     Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods use (done by nbrmm.interop at import); returns the class's ``allocate`` and ``deallocate`` methods (written in src/cuda_core_adapter.cpp).
     """
 
+def _cuda_core_stream_marks() -> int:
+    """
+    How many Stream marks the adapter's methods made since nbrmm.interop registered them (for tests).
+    """
+
 class level_enum(enum.IntEnum):
     """
     Severity levels of librmm's debug logger, from the most verbose to ``off``.
