@@ -51,11 +51,15 @@ struct adapter_types {
   PyObject* core_member{};
   /// Where that slot lies in the adapter's instances (the descriptor's offset), or -1.
   Py_ssize_t core_offset{-1};
-  /// Marks of recent stream handles (see stream_handle): `Stream.from_handle(handle)`
-  /// objects made here and never handed out, so never closed (strong, or null).
-  PyObject* marks[2]{};
-  std::uintptr_t marked[2]{};  ///< their handles (nonzero)
-  int last_mark{0};            ///< the mark last made or matched
+  /// Marks of recent stream handles (see marked_handle).
+  struct mark {
+    /// `Stream.from_handle(handle)`, made here and never handed out, so never closed
+    /// (strong, or null).
+    PyObject* stream{};
+    std::uintptr_t handle{0};  ///< nonzero
+  };
+  mark marks[2]{};
+  int last_mark{0};  ///< the mark last made or matched
   /// The handle of the last Stream that matched no mark: a mark is made for a handle
   /// seen twice in a row, not for every stream passing by.
   std::uintptr_t unmarked{0};
@@ -155,16 +159,17 @@ PyObject* own_method(PyObject* type, PyObject* name)
 /// with the mark's handle. cuda.core hands deallocate a Stream object of its own for each
 /// free, and allocations come on the caller's: a comparison costs much less than a
 /// `__cuda_stream__` call. Marks are kept where the GIL is enabled.
-bool marked_handle([[maybe_unused]] PyObject* stream, [[maybe_unused]] std::uintptr_t& handle) noexcept
+bool marked_handle([[maybe_unused]] PyObject* stream,
+                   [[maybe_unused]] std::uintptr_t& handle) noexcept
 {
 #if !defined(Py_GIL_DISABLED)
   for (int k = 0; k < 2; ++k) {
-    int const i     = (types->last_mark + k) % 2;
-    PyObject* const m = types->marks[i];
-    if (m == nullptr) { continue; }
-    int const equal = PyObject_RichCompareBool(stream, m, Py_EQ);
+    int const i                     = (types->last_mark + k) % 2;
+    adapter_types::mark const& mark = types->marks[i];
+    if (mark.stream == nullptr) { continue; }
+    int const equal = PyObject_RichCompareBool(stream, mark.stream, Py_EQ);
     if (equal == 1) {
-      handle           = types->marked[i];
+      handle           = mark.handle;
       types->last_mark = i;
       return true;
     }
@@ -205,10 +210,10 @@ void note_handle([[maybe_unused]] std::uintptr_t handle) noexcept
     return;
   }
   int const i = 1 - types->last_mark;
-  std::swap(types->marks[i], made);
-  types->marked[i]  = handle;
-  types->last_mark  = i;
-  types->unmarked   = 0;
+  std::swap(types->marks[i].stream, made);
+  types->marks[i].handle = handle;
+  types->last_mark       = i;
+  types->unmarked        = 0;
   ++types->marks_made;
   Py_XDECREF(made);  // the mark replaced
 #endif
@@ -628,7 +633,8 @@ void release_cuda_core_adapter() noexcept
   if (t == nullptr) { return; }
   for (PyObject* o : {t->adapter, t->stream, t->from_handle, t->core_name, t->core_member,
                       t->cuda_stream_name, t->cuda_stream_method, t->stream_kwnames,
-                      t->allocate_general, t->deallocate_general, t->marks[0], t->marks[1]}) {
+                      t->allocate_general, t->deallocate_general, t->marks[0].stream,
+                      t->marks[1].stream}) {
     Py_XDECREF(o);
   }
   delete t;
@@ -684,7 +690,8 @@ void bind_cuda_core_adapter(nb::module_& m)
     "use (done by nbrmm.interop at import); returns the class's ``allocate`` and "
     "``deallocate`` methods (written in src/cuda_core_adapter.cpp).");
   m.def(
-    "_cuda_core_stream_marks", []() -> std::uint64_t { return types != nullptr ? types->marks_made : 0; },
+    "_cuda_core_stream_marks",
+    []() -> std::uint64_t { return types != nullptr ? types->marks_made : 0; },
     "How many Stream marks the adapter's methods made since nbrmm.interop registered them "
     "(for tests).");
 }

@@ -299,6 +299,7 @@ def test_stream_handles_seen_by_deallocate_are_cached_within_bounds():
     assert len(interop._nb_by_handle) <= interop._NB_BY_HANDLE_LIMIT
     assert rec.heap.live == {}
 
+
 def test_streams_are_known_by_comparison_with_marks_never_closed():
     # The C path learns a Stream's handle by comparing it with Stream objects of its own
     # (made for a handle seen twice in a row): equal Streams have equal handles. A closed
