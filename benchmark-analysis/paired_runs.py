@@ -9,9 +9,11 @@ row per run and target.
     python benchmark-analysis/paired_runs.py RUN.json [RUN.json.gz ...] [--commit C] [--csv OUT]
     python benchmark-analysis/paired_runs.py benchmark-analysis/results/paired-runs.csv
 
-A target is a ratio (subject ÷ reference, as in ``report.py``) or, for ``Buffer``, the
-nanoseconds over librmm's C++ floor. ``--commit`` names the commit measured by the JSON
-files given, where the checkout that ran them had no up-to-date git metadata.
+A figure is a ratio (subject ÷ reference, as in ``report.py``), for ``Buffer`` also the
+nanoseconds over librmm's C++ floor and the ratio of that to rmm's ``DeviceBuffer``'s.
+Every run is judged by the targets ``report.py`` sets now, also runs read back from a CSV
+recorded under earlier targets. ``--commit`` names the commit measured by the JSON files
+given, where the checkout that ran them had no up-to-date git metadata.
 """
 
 import argparse
@@ -20,11 +22,20 @@ import gzip
 import json
 import math
 import pathlib
+import re
 import statistics
 import sys
 from fractions import Fraction
 
-from report import PAIRED_SUBJECTS, fmt_size, md_table, paired_figures, results_of
+from report import (
+    PAIRED_RATIO_TARGETS,
+    PAIRED_SUBJECTS,
+    buffer_limit,
+    fmt_size,
+    md_table,
+    paired_figures,
+    results_of,
+)
 
 FIELDS = ("commit", "recorded", "target", "subject", "reference", "measure", "subject_ns",
           "reference_ns", "value", "limit")
@@ -61,6 +72,19 @@ def rows_of_run(doc, commit=None):
     return rows
 
 
+def current_limit(row):
+    """The target that ``report.py`` sets now for a row's figure, or None."""
+    if row["target"] == "buffer_overhead":
+        if row["measure"] != "overhead ratio":
+            return None
+        found = re.search(r"mr=(\w+)", row["subject"])
+        return buffer_limit(found.group(1) if found else None)
+    for _, limit, label in PAIRED_RATIO_TARGETS.get(row["target"], ()):
+        if label == row["reference"] and row["measure"] == "ratio":
+            return limit
+    return None
+
+
 def read_rows(paths, commit=None):
     """The rows of every file: JSON runs and CSV written by ``write_csv``."""
     rows = []
@@ -70,7 +94,7 @@ def read_rows(paths, commit=None):
                 for row in csv.DictReader(f):
                     for key in ("subject_ns", "reference_ns", "value"):
                         row[key] = float(row[key])
-                    row["limit"] = float(row["limit"]) if row["limit"] else None
+                    row["limit"] = current_limit(row)
                     rows.append(row)
         else:
             rows.extend(rows_of_run(_document(path), commit))
@@ -89,19 +113,19 @@ def write_csv(rows, path):
             out = {k: ("" if row[k] is None else row[k]) for k in FIELDS}
             for key in ("subject_ns", "reference_ns"):
                 out[key] = f"{row[key]:.{_NS_DECIMALS}f}"
-            places = _RATIO_DECIMALS if row["measure"] == "ratio" else _NS_DECIMALS
+            places = _NS_DECIMALS if row["measure"] == "difference" else _RATIO_DECIMALS
             out["value"] = f"{row['value']:.{places}f}"
             writer.writerow(out)
 
 
 def _fmt(value, measure):
-    return f"{value:.3f}×" if measure == "ratio" else f"{value:,.0f} ns"
+    return f"{value:,.0f} ns" if measure == "difference" else f"{value:.3f}×"
 
 
 def _goal(limit, measure):
     if limit is None:
         return "—"
-    return f"≤ {limit}×" if measure == "ratio" else f"≤ {limit:,.0f} ns"
+    return f"≤ {limit:,.0f} ns" if measure == "difference" else f"≤ {limit:g}×"
 
 
 def median_interval(values, confidence=0.95):

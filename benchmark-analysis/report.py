@@ -2,9 +2,11 @@
 
     python benchmark-analysis/report.py BENCH.json --out DIR
 
-writes ``DIR/report.md`` (tables of medians, ratios to each alternative library and to
-librmm's C++ floor, and the targets evaluated) and, when matplotlib can be imported,
-``DIR/report.png``. Only the standard library is needed for the markdown.
+writes ``DIR/report.md`` (the workloads W1-W3 and the guards with their targets
+evaluated, then tables of medians, ratios to each alternative library and to librmm's
+C++ floor) and, when matplotlib can be imported, ``DIR/report.png`` and, when workloads
+were measured, ``DIR/workloads.png``. Only the standard library is needed for the
+markdown.
 
 The tables are built from the ``extra_info`` that every benchmark records (documented
 in ``benchmarks/support.py``). Benchmarks without it are listed at the end.
@@ -26,19 +28,27 @@ IMPL_ORDER = ("nbrmm", "rmm", "cupy", "torch", "cuda.core")
 DIRECTION_ORDER = ("h2d", "d2h", "d2d")
 DIRECTION_NAMES = {"h2d": "host → device", "d2h": "device → host", "d2d": "device → device"}
 
-#: Targets (from the baseline measured on an H200 with rmm 26.10).
-OVERHEAD_TARGET_NS = 250.0
-OVERHEAD_TARGET_RESOURCES = ("arena", "pool", "async")
-OVERHEAD_TARGET_SIZES = (256, 1 << 20)
-GET_CURRENT_TARGET_RATIO = 0.5
-#: Targets of the interleaved cases (bench_paired.py): the most a subject may take,
-#: as a multiple of each reference's time.
+#: Workload targets (what users feel): the most nbrmm's figure may be, as a multiple of
+#: its reference's, measured in the same run.
+W1_TIME_TARGET = 0.95  #: dask-cuda pipeline: nbrmm's plugin ÷ rmm_pool_size over rmm
+W2_MEMORY_TARGET = 1.10  #: CuPy then PyTorch: one nbrmm pool's peak ÷ the larger stage alone
+W2_TIME_TARGET = 1.05  #: the same: one nbrmm pool's wall time ÷ the two caching pools'
+W3_TIME_TARGET = 1.03  #: PyTorch training: nbrmm's hook ÷ torch's caching allocator
+
+#: Guards: micro benchmarks timed interleaved (bench_paired.py), each against references
+#: timed together (machines differ). A Buffer's cost over librmm's C++ round trip (the
+#: floor) may be at most this multiple of rmm's DeviceBuffer's cost over the same floor:
+BUFFER_OVERHEAD_TARGET = 0.75
+BUFFER_TARGET_RESOURCES = ("arena", "pool", "async")
+#: The other interleaved cases: (reference, the most subject ÷ reference may be, label);
+#: a limit of None compares without a target.
 PAIRED_RATIO_TARGETS = {
-    "cupy_empty": (("cupy", 1.0, "CuPy's MemoryPool"), ("rmm", 0.4, "rmm's rmm_cupy_allocator")),
-    "torch_empty_hook": (("torch", 1.0, "torch's caching allocator"),),
-    "torch_empty": (("torch", 1.0, "torch's caching allocator"),),
-    "dask_cupy": (("rmm", 1.0, "dask-cuda's rmm_pool_size over rmm 26.10"),),
-    "cuda_core_allocate": (("cuda.core", 1.0, "cuda.core's default device memory resource"),),
+    "get_current": (("rmm", 0.5, "rmm's get_current_device_resource()"),),
+    "cupy_empty": (("cupy", 1.10, "CuPy's MemoryPool"), ("rmm", None, "rmm's rmm_cupy_allocator")),
+    "torch_empty_hook": (("torch", 1.12, "torch's caching allocator"),),
+    "torch_empty": (("torch", None, "torch's caching allocator"),),
+    "cuda_core_allocate": (("cuda.core", 1.25, "cuda.core's default device memory resource"),),
+    "dask_cupy": (("rmm", W1_TIME_TARGET, "dask-cuda's rmm_pool_size over rmm 26.10"),),
 }
 #: References of the interleaved cases that explain a subject's time rather than set a
 #: target for it.
@@ -51,11 +61,14 @@ PAIRED_INFO_REFERENCES = {
         ("floor", "librmm's C++ allocate+deallocate on the arena"),
     ),
 }
+#: The workloads among the interleaved cases (reported with W2 and W3, not as guards).
+PAIRED_WORKLOADS = {"dask_cupy": "W1"}
 PAIRED_SUBJECTS = {
     "cupy_empty": "`cupy.empty(256)`, nbrmm hook over arena",
     "torch_empty_hook": "`torch.empty(256)`, nbrmm hook as torch's allocator, over arena",
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
     "dask_cupy": "dask.array + CuPy pipeline on a dask-cuda worker, nbrmm's plugin over a pool",
+    "get_current": "`get_current_device_resource()`",
     "cuda_core_allocate": "cuda.core `allocate(256)` + `close()`, nbrmm arena as its resource",
 }
 
@@ -129,10 +142,17 @@ class Figure:
 
     reference: str  #: the reference's label
     reference_ns: float | None  #: its time per call
-    measure: str  #: "difference" (subject − reference, ns) or "ratio" (subject ÷ reference)
+    #: "difference" (subject − reference, ns), "ratio" (subject ÷ reference) or
+    #: "overhead ratio" ((subject − floor) ÷ (reference − floor))
+    measure: str
     value: float | None  #: the figure, None when the reference was not measured
     limit: float | None  #: the target: the most ``value`` may be; None without one
     explains: bool = False  #: a reference that explains the subject's time, not a target's
+
+
+def buffer_limit(resource):
+    """The guard on a Buffer's overhead ratio over ``resource``, or None."""
+    return BUFFER_OVERHEAD_TARGET if resource in BUFFER_TARGET_RESOURCES else None
 
 
 def paired_figures(r):
@@ -140,16 +160,94 @@ def paired_figures(r):
     target, subject = r.info.get("target"), r.per_op_ns
     refs = r.info.get("reference_ns") or {}
     if target == "buffer_overhead":
-        floor = refs.get("floor")
-        has_target = r.impl == "nbrmm" and r.info.get("resource") in OVERHEAD_TARGET_RESOURCES
-        yield Figure("C++ floor", floor, "difference", None if floor is None else subject - floor,
-                     OVERHEAD_TARGET_NS if has_target else None)
+        floor, rmm = refs.get("floor"), refs.get("rmm")
+        over = None if floor is None else subject - floor
+        yield Figure("C++ floor", floor, "difference", over, None)
+        if r.impl == "nbrmm" and "rmm" in refs:
+            value = None if floor is None or rmm is None else ratio(over, rmm - floor)
+            yield Figure("rmm's `DeviceBuffer(size=256)`, each over the C++ floor", rmm,
+                         "overhead ratio", value, buffer_limit(r.info.get("resource")))
         return
     for name, limit, label in PAIRED_RATIO_TARGETS.get(target, ()):
         yield Figure(label, refs.get(name), "ratio", ratio(subject, refs.get(name)), limit)
     for name, label in PAIRED_INFO_REFERENCES.get(target, ()):
         if refs.get(name) is not None:
             yield Figure(label, refs[name], "ratio", ratio(subject, refs[name]), None, True)
+
+
+# ---------------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkloadFigure:
+    """One figure of a workload: nbrmm's value beside its reference's."""
+
+    workload: str  #: W1, W2, W3
+    what: str  #: what is measured
+    unit: str  #: "time" (ns) or "bytes"
+    value: float | None  #: nbrmm's
+    reference: str  #: the reference's label
+    reference_value: float | None
+    limit: float | None  #: the most value ÷ reference_value may be; None: no target
+
+    @property
+    def ratio(self):
+        return ratio(self.value, self.reference_value)
+
+
+def _largest(*values):
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def workload_figures(results):
+    """The figures of W1 (``bench_dask.py``), W2 and W3 (``bench_workloads.py``)."""
+    figures = []
+    for r in results:
+        if r.case == "paired" and r.impl == "nbrmm" and r.info.get("target") in PAIRED_WORKLOADS:
+            for name, limit, label in PAIRED_RATIO_TARGETS[r.info["target"]]:
+                figures.append(WorkloadFigure(
+                    PAIRED_WORKLOADS[r.info["target"]], "Dask + CuPy pipeline, wall time",
+                    "time", r.per_op_ns, label, (r.info.get("reference_ns") or {}).get(name),
+                    limit))
+    for r in results:
+        if r.case != "workload":
+            continue
+        variants = r.info.get("variants") or {}
+        refs = r.info.get("reference_ns") or {}
+
+        def get(variant, key):
+            return (variants.get(variant) or {}).get(key)
+
+        if r.info.get("workload") == "W2":
+            ideal = _largest(get("cupy", "peak_used_bytes"), get("torch", "peak_used_bytes"))
+            ideal_pools = _largest(get("cupy", "pool_peak_bytes"), get("torch", "pool_peak_bytes"))
+            figures += [
+                WorkloadFigure("W2", "CuPy then PyTorch, peak device memory in use",
+                               "bytes", get("shared", "peak_used_bytes"),
+                               "each stage alone (the larger)", ideal, W2_MEMORY_TARGET),
+                WorkloadFigure("W2", "CuPy then PyTorch, peak held by the pools", "bytes",
+                               get("shared", "pool_peak_bytes"),
+                               "each stage alone (the larger)", ideal_pools, None),
+                WorkloadFigure("W2", "CuPy then PyTorch on two caching pools, peak device "
+                               "memory in use", "bytes", get("two_pools", "peak_used_bytes"),
+                               "each stage alone (the larger)", ideal, None),
+                WorkloadFigure("W2", "CuPy then PyTorch, wall time", "time", r.median_ns,
+                               "CuPy's and torch's caching pools", refs.get("two_pools"),
+                               W2_TIME_TARGET),
+            ]
+        elif r.info.get("workload") == "W3":
+            figures += [
+                WorkloadFigure("W3", "PyTorch training, wall time", "time", r.median_ns,
+                               "torch's caching allocator", refs.get("torch"), W3_TIME_TARGET),
+                WorkloadFigure("W3", "PyTorch training, peak device memory in use", "bytes",
+                               get("torch_nbrmm", "peak_used_bytes"),
+                               "torch's caching allocator", get("torch", "peak_used_bytes"),
+                               None),
+            ]
+    return sorted(figures, key=lambda f: f.workload)
 
 
 def index(results, case, *keys):
@@ -207,6 +305,23 @@ def fmt_size(size):
     return f"{size} B"
 
 
+def fmt_bytes(size):
+    return DASH if size is None else f"{size / (1 << 30):,.2f} GiB"
+
+
+def verdict(value, limit):
+    """``met``, ``**missed**: 1.053×``, ``not measured`` or a dash without a target."""
+    if limit is None:
+        return DASH
+    if value is None:
+        return "not measured"
+    return "met" if value <= limit else f"**missed**: {value:.3f}×"
+
+
+def fmt_limit(limit):
+    return DASH if limit is None else f"≤ {limit:g}×"
+
+
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
@@ -262,67 +377,37 @@ def machine_section(doc):
     return "\n".join(lines)
 
 
-def overhead_ns(result):
-    """A result's median minus its C++ floor, or None."""
-    if result is None or result.floor_ns is None:
-        return None
-    return result.median_ns - result.floor_ns
-
-
-def target_section(results):
+def workload_section(results):
+    """W1-W3: the workloads' figures, their targets and verdicts."""
     rows = []
-    buffers = index(results, "buffer", "resource", "size")
-    limit = OVERHEAD_TARGET_NS
-    for kind in OVERHEAD_TARGET_RESOURCES:
-        for size in OVERHEAD_TARGET_SIZES:
-            by_impl = buffers.get((kind, size), {})
-            over = overhead_ns(by_impl.get("nbrmm"))
-            if over is None:
-                verdict = "not measured"
-            elif over <= limit:
-                verdict = "met"
-            else:
-                verdict = f"**missed** by {fmt_time(over - limit)}"
-            what = f"Buffer({fmt_size(size)}, mr={kind}) − C++ floor ≤ {limit:.0f} ns"
-            rows.append((what, fmt_time(over), fmt_time(overhead_ns(by_impl.get("rmm"))), verdict))
-
-    current = index(results, "get_current").get((), {})
-    nb, rm = current.get("nbrmm"), current.get("rmm")
-    goal = GET_CURRENT_TARGET_RATIO
-    if nb is None or rm is None:
-        verdict = "not measured"
-    else:
-        r = nb.median_ns / rm.median_ns
-        if r <= goal:
-            verdict = f"met ({r:.2f}×)"
-        else:
-            need = goal * rm.median_ns
-            verdict = (
-                f"**missed**: {r:.2f}×, {r - goal:.2f}× over; "
-                f"{fmt_time(nb.median_ns - need)} slower than the {fmt_time(need)} needed"
-            )
-    rows.append(
-        (
-            f"get_current_device_resource() ≤ {goal}× rmm's",
-            fmt_time(nb.median_ns if nb else None),
-            fmt_time(rm.median_ns if rm else None),
-            verdict,
-        )
-    )
+    for f in workload_figures(results):
+        fmt = fmt_time if f.unit == "time" else fmt_bytes
+        rows.append((f.workload, f.what, fmt(f.value), f.reference, fmt(f.reference_value),
+                     fmt_ratio(f.ratio), fmt_limit(f.limit), verdict(f.ratio, f.limit)))
+    if not rows:
+        rows.append(("W1-W3", "not measured", DASH, DASH, DASH, DASH, DASH, DASH))
+    table = md_table(["workload", "measure", "nbrmm", "reference", "reference's", "ratio",
+                      "target", "verdict"], rows, numeric=False)
     note = (
-        "Overheads are the median of the Python call (the timing loop's own call included, as "
-        "in the baseline) minus librmm's C++ allocate+deallocate round trip on the same "
-        "resource and size, timed in the same process. Here the floor was timed at another "
-        "moment than the call; the interleaved table below times the 256-byte calls beside "
-        "their floor, round by round."
+        "W1: a dask.array + CuPy pipeline on a dask-cuda worker, nbrmm's plugin beside "
+        "dask-cuda's `rmm_pool_size` over rmm 26.10, round by round "
+        "(`benchmarks/bench_dask.py`). W2: a CuPy preprocessing stage, then a PyTorch "
+        "training loop on its result, in one process: both stages on one nbrmm pool "
+        "through the hooks, beside each stage alone on its framework's caching allocator "
+        "(memory: the larger of the two peaks is the ideal) and both on the two caching "
+        "allocators (time). W3: the training loop alone, nbrmm's hook as torch's allocator "
+        "beside torch's caching allocator. W2 and W3 run one process per variant, the "
+        "variants interleaved (`benchmarks/bench_workloads.py`); times are medians of the "
+        "runs, memory is the peak of `cudaMemGetInfo`'s used memory above the CUDA "
+        "context, sampled through each process, the largest over the processes."
     )
-    table = md_table(["target", "nbrmm", "rmm", "verdict"], rows, numeric=False)
-    return "\n".join(["## Targets", "", table, "", note])
+    return "\n".join(["## Targets: workloads (W1-W3)", "", table, "", note])
 
 
 def paired_section(results):
-    """The targets timed interleaved (bench_paired.py): subject and references per call."""
-    paired = [r for r in results if r.case == "paired"]
+    """The guards, timed interleaved (bench_paired.py): subject and references per call."""
+    paired = [r for r in results
+              if r.case == "paired" and r.info.get("target") not in PAIRED_WORKLOADS]
     if not paired:
         return None
     rows = []
@@ -337,24 +422,11 @@ def paired_section(results):
         else:
             what = PAIRED_SUBJECTS.get(r.info.get("target"), str(r.info.get("target")))
         for f in paired_figures(r):
-            if f.limit is None or (f.measure == "difference" and f.value is None):
-                goal, verdict = DASH, DASH
-            elif f.measure == "difference":
-                goal = f"− floor ≤ {f.limit:.0f} ns"
-                verdict = "met" if f.value <= f.limit else (
-                    f"**missed** by {fmt_time(f.value - f.limit)}")
-            else:
-                goal = f"≤ {f.limit}×"
-                if f.value is None:
-                    verdict = "not measured"
-                elif f.value <= f.limit:
-                    verdict = "met"
-                else:
-                    verdict = f"**missed**: {f.value:.3f}×"
             ref = f.reference_ns
+            shown = f.value if f.measure == "overhead ratio" else ratio(subject, ref)
             rows.append((what, fmt_time(subject), f.reference, fmt_time(ref),
-                         fmt_time(None if ref is None else subject - ref),
-                         fmt_ratio(ratio(subject, ref)), goal, verdict))
+                         fmt_time(None if ref is None else subject - ref), fmt_ratio(shown),
+                         fmt_limit(f.limit), verdict(f.value, f.limit)))
     table = md_table(
         ["subject", "per call", "reference", "reference per call", "difference", "ratio",
          "target", "verdict"],
@@ -364,15 +436,18 @@ def paired_section(results):
     note = (
         "Every round timed a batch of the subject right after a batch of each reference "
         "(pytest-benchmark's untimed setup), so both medians come from the same moments of "
-        "the machine; see `benchmarks/bench_paired.py`. With nbrmm's hook as torch's "
-        "allocator, the subject and its references run in worker processes (torch takes its "
-        "allocator once per process) that time their batches in turn on one CPU. In a "
-        "MemPool, torch's caching allocator serves the calls from blocks it cached and "
-        "calls the hook only to grow the pool. The hook over a host heap (malloc and free) "
-        "shows what torch's pluggable-allocator path costs with an allocator that costs next "
-        "to nothing; the subject's difference to it is the arena's round trip and nbrmm's."
+        "the machine; see `benchmarks/bench_paired.py`. A `Buffer`'s guard compares what it "
+        "costs over librmm's own C++ allocate+deallocate (the floor) with what rmm's "
+        "`DeviceBuffer` costs over the same floor; its ratio column shows that quotient. "
+        "With nbrmm's hook as torch's allocator, the subject and its references run in "
+        "worker processes (torch takes its allocator once per process) that time their "
+        "batches in turn on one CPU. In a MemPool, torch's caching allocator serves the calls "
+        "from blocks it cached and calls the hook only to grow the pool. The hook over a "
+        "host heap (malloc and free) shows what torch's pluggable-allocator path costs with "
+        "an allocator that costs next to nothing; the subject's difference to it is the "
+        "arena's round trip and nbrmm's."
     )
-    return "\n".join(["## Targets, timed interleaved", "", table, "", note])
+    return "\n".join(["## Targets: guards, timed interleaved", "", table, "", note])
 
 
 def time_comparison(results, case, title, intro, keys, row_label, key_title):
@@ -566,7 +641,7 @@ def render_markdown(results, doc):
         "",
         machine_section(doc),
         "",
-        target_section(results),
+        workload_section(results),
     ]
     sections = [
         paired_section(results),
@@ -652,6 +727,61 @@ def render_png(results, path):
     return True
 
 
+def render_workloads_png(results, path):
+    """Writes the workloads' plot (W2's peak memory per variant, every workload's ratios
+    beside their targets); returns False when matplotlib is not installed or no workload
+    was measured."""
+    figures = workload_figures(results)
+    w2 = next((r for r in results if r.case == "workload" and r.info.get("workload") == "W2"),
+              None)
+    if not figures and w2 is None:
+        return False
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (memory, ratios) = plt.subplots(1, 2, figsize=(13, 4.8))
+    variants = (w2.info.get("variants") or {}) if w2 is not None else {}
+    names = (("cupy", "CuPy stage alone\n(CuPy's pool)", "#2ca02c"),
+             ("torch", "PyTorch stage alone\n(torch's caching)", "#d62728"),
+             ("two_pools", "both stages,\ntwo caching pools", "#7f7f7f"),
+             ("shared", "both stages,\none nbrmm pool", "#1f77b4"))
+    shown = [(label, (variants.get(v) or {}).get("peak_used_bytes"), color)
+             for v, label, color in names]
+    shown = [s for s in shown if s[1] is not None]
+    if shown:
+        memory.bar([label for label, _, _ in shown], [b / (1 << 30) for _, b, _ in shown],
+                   color=[color for _, _, color in shown])
+        ideal = _largest(*((variants.get(v) or {}).get("peak_used_bytes")
+                           for v in ("cupy", "torch")))
+        if ideal is not None:
+            memory.axhline(ideal * W2_MEMORY_TARGET / (1 << 30), color="black",
+                           linestyle="--", label=f"target: {W2_MEMORY_TARGET:g}× the ideal")
+    memory.set_ylabel("peak device memory in use (GiB)")
+    memory.set_title("W2: CuPy preprocessing, then PyTorch training")
+    memory.tick_params(axis="x", labelsize=8)
+    _legend(memory)
+
+    targeted = [f for f in figures if f.limit is not None]
+    labels = [f"{f.workload}\n{'memory' if f.unit == 'bytes' else 'time'}" for f in targeted]
+    values = [f.ratio if f.ratio is not None else 0.0 for f in targeted]
+    if targeted:
+        ratios.bar(labels, values, color="#1f77b4", label="nbrmm ÷ reference")
+        ratios.scatter(labels, [f.limit for f in targeted], marker="_", s=1200, color="black",
+                       zorder=3, label="target (at most)")
+    ratios.axhline(1.0, color="#999999", linewidth=0.8)
+    ratios.set_ylabel("nbrmm ÷ reference")
+    ratios.set_title("Workloads beside their references")
+    _legend(ratios)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def _legend(ax, fontsize=8):
     """A legend, or a note on an empty panel (nothing of it was measured)."""
     handles, _ = ax.get_legend_handles_labels()
@@ -715,12 +845,6 @@ def overhead_plot(ax, results):
                 ys.append(r.median_ns - r.floor_ns)
         if xs:
             ax.bar(xs, ys, 0.4, label=impl, color=colors[impl])
-    ax.axhline(
-        OVERHEAD_TARGET_NS,
-        color="black",
-        linestyle="--",
-        label=f"target {OVERHEAD_TARGET_NS:.0f} ns",
-    )
     ax.set_xticks(range(len(kinds)), kinds)
     ax.set_ylabel("ns over the C++ floor")
     ax.set_title("Buffer overhead over librmm, 256 B")
@@ -835,6 +959,8 @@ def main(argv=None):
         print(f"wrote {out / 'report.png'}")
     else:
         print("matplotlib is not installed: no report.png", file=sys.stderr)
+    if render_workloads_png(results, out / "workloads.png"):
+        print(f"wrote {out / 'workloads.png'}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""A Dask + CuPy workload on dask-cuda clusters: rmm's pool beside nbrmm's, interleaved.
+"""Workload W1: a Dask + CuPy pipeline on dask-cuda clusters, rmm's pool beside nbrmm's,
+interleaved.
 
 Two ``LocalCUDACluster`` of one worker each, on the same GPU and alive at once:
 
@@ -18,8 +19,9 @@ can reuse results of a previous round. The result is checked against NumPy.
 
 ``extra_info``: ``case`` ``paired``, ``target`` ``dask_cupy``, ``ops`` 1 (one pipeline
 per timed call), ``reference_ns`` ``{"rmm": median ns per pipeline}``, and the workload's
-shape (``blocks``, ``size`` of a block in bytes, ``steps``, ``pool_bytes``). ``benchmark-analysis/report.py``
-reports the ratio of the medians, nbrmm / rmm (target: at most 1.0).
+shape (``blocks``, ``size`` of a block in bytes, ``steps``, ``pool_bytes``).
+``benchmark-analysis/report.py`` reports it as W1, the ratio of the medians, nbrmm / rmm
+(target: at most 0.95).
 
 Without a GPU, ``bench_dask_host_pipeline`` runs the same harness once, untimed, on two
 plain ``distributed.LocalCluster`` with NumPy blocks (one with the plugin over host

@@ -1,4 +1,4 @@
-"""The speed targets, timed interleaved: each subject beside its references, batch by batch.
+"""The guards, timed interleaved: each subject beside its references, batch by batch.
 
 On a shared machine the speed of the CPU can change by up to 2× for tens of milliseconds
 at a time, so two cases timed one after the other may see different machines. Here every
@@ -6,16 +6,25 @@ round times a batch of ``BATCH`` calls of the subject (pytest-benchmark's statis
 right before it, in pytest-benchmark's untimed ``setup``, a batch of each reference. The
 medians of the subject and of its references therefore come from the same moments.
 
-Per call, ``benchmark-analysis/report.py`` divides the batch times by ``ops`` (``extra_info``), which also
-records the reference medians (``reference_ns``, ns per call) and the target (``target``):
+The guards are micro benchmarks that keep the workloads' speed (``bench_dask.py``,
+``bench_workloads.py``) from eroding; machines differ, so each compares costs timed
+together. Per call, ``benchmark-analysis/report.py`` divides the batch times by ``ops``
+(``extra_info``), which also records the reference medians (``reference_ns``, ns per call)
+and the target (``target``):
 
 ``buffer_overhead``
-    ``Buffer(256, mr=...)`` (and rmm's ``DeviceBuffer``) minus librmm's C++
-    allocate+deallocate round trip on the same resource, for the arena, pool and async
-    resources (the targets) and the host kind (Python callables, which needs no GPU).
+    ``Buffer(256, mr=...)`` beside librmm's C++ allocate+deallocate round trip on the same
+    resource (``floor``) and rmm's ``DeviceBuffer(size=256, mr=...)`` over rmm's resource
+    of the same kind (``rmm``), for the arena, pool and async resources (the guards: what
+    a ``Buffer`` costs over the floor at most 0.75x what rmm's costs over it) and the host
+    kind (Python callables, which needs no GPU).
+``get_current``
+    ``get_current_device_resource()`` beside rmm's (guard: at most 0.5x), with a pool
+    current (Python callables over host memory without a GPU).
 ``cupy_empty``
     ``cupy.empty(256, dtype=uint8)`` through nbrmm's hook over an arena, beside CuPy's own
-    ``MemoryPool`` and rmm's ``rmm_cupy_allocator`` over rmm's arena.
+    ``MemoryPool`` (guard: at most 1.10x) and rmm's ``rmm_cupy_allocator`` over rmm's
+    arena.
 ``torch_empty``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
     ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
@@ -23,17 +32,19 @@ records the reference medians (``reference_ns``, ns per call) and the target (``
 ``cuda_core_allocate``
     cuda.core's ``allocate(256, stream=s)`` + ``close(s)`` with an nbrmm arena as the
     ``cuda.core.MemoryResource`` (``nbrmm.interop``), beside cuda.core's own default
-    device memory resource (``Device().memory_resource``), both on one stream; librmm's
-    C++ round trip on the arena (``floor``) shows what the arena itself costs, and a
-    ``MemoryResource`` written in Python that hands out one block it holds
-    (``python_mr_floor``) what cuda.core itself costs for any resource written in Python.
+    device memory resource (``Device().memory_resource``), both on one stream (guard: at
+    most 1.25x); librmm's C++ round trip on the arena (``floor``) shows what the arena
+    itself costs, and a ``MemoryResource`` written in Python that hands out one block it
+    holds (``python_mr_floor``) what cuda.core itself costs for any resource written in
+    Python.
 ``torch_empty_hook``
-    The same call with nbrmm's hook as torch's allocator, so that every allocation and
-    free goes through it, beside torch's caching allocator. torch takes its allocator
-    once per process, so each runs in a worker process (``torch_worker.py``); the
-    workers take turns on one CPU, the reference right before the subject. A third
-    worker times the hook over a host-heap resource (reference ``pluggable_floor``):
-    torch's pluggable-allocator path with an allocator that costs next to nothing.
+    The same call as ``torch_empty`` with nbrmm's hook as torch's allocator, so that every
+    allocation and free goes through it, beside torch's caching allocator (guard: at most
+    1.12x). torch takes its allocator once per process, so each runs in a worker process
+    (``torch_worker.py``); the workers take turns on one CPU, the reference right before
+    the subject. A third worker times the hook over a host-heap resource (reference
+    ``pluggable_floor``): torch's pluggable-allocator path with an allocator that costs
+    next to nothing.
 """
 
 import contextlib
@@ -46,6 +57,7 @@ import time
 
 import pytest
 from support import (
+    HAVE_GPU,
     benchmark_entry,
     cuda_core_device,
     import_impl,
@@ -56,6 +68,7 @@ from support import (
 )
 
 import nbrmm
+import nbrmm.mr
 from extensions import testing as _testing
 
 #: Calls per timed batch, and rounds (batches) per case.
@@ -105,31 +118,81 @@ class Interleaved:
 pytestmark = pytest.mark.benchmark(disable_gc=True)
 
 
-@pytest.mark.parametrize("impl", ["nbrmm", "rmm"])
+def _rmm_or_none():
+    """rmm (with its ``mr`` module), or None where it is not installed."""
+    try:
+        return import_impl("rmm")
+    except pytest.skip.Exception:
+        return None
+
+
 @pytest.mark.parametrize("kind", resource_params(("host", "arena", "pool", "async")))
-def bench_paired_buffer(benchmark, kind, impl):
-    """A buffer of 256 bytes created and destroyed, beside librmm's C++ round trip."""
-    lib = import_impl(impl)
-    mr = make_resource(lib, kind)
-    floor_mr = mr if lib is nbrmm else make_resource(nbrmm, kind)
-    if lib is nbrmm:
-        Buffer = nbrmm.Buffer
+def bench_paired_buffer(benchmark, kind):
+    """A buffer of 256 bytes created and destroyed, beside librmm's C++ round trip and
+    rmm's ``DeviceBuffer`` of the same size over rmm's resource of the same kind."""
+    mr = make_resource(nbrmm, kind)
+    Buffer = nbrmm.Buffer
 
-        def batch():
+    def batch():
+        for _ in range(BATCH):
+            Buffer(NBYTES, mr=mr)
+
+    references = {"floor": lambda: _testing.allocate_round_trip_ns(mr, NBYTES, BATCH)}
+    rmm = _rmm_or_none()
+    if rmm is not None:
+        rmm_mr = make_resource(rmm, kind)
+        DeviceBuffer = rmm.DeviceBuffer
+
+        def rmm_batch():
             for _ in range(BATCH):
-                Buffer(NBYTES, mr=mr)
-    else:
-        DeviceBuffer = lib.DeviceBuffer
+                DeviceBuffer(size=NBYTES, mr=rmm_mr)
 
-        def batch():
-            for _ in range(BATCH):
-                DeviceBuffer(size=NBYTES, mr=mr)
-
-    record(benchmark, "paired", impl, target="buffer_overhead", resource=kind, size=NBYTES)
+        rmm_batch()
+        references["rmm"] = lambda: _timed(rmm_batch)
+    record(benchmark, "paired", "nbrmm", target="buffer_overhead", resource=kind, size=NBYTES)
     benchmark.group = f"paired buffer {kind} {size_id(NBYTES)}"
     batch()
-    floor = {"floor": lambda: _testing.allocate_round_trip_ns(floor_mr, NBYTES, BATCH)}
-    Interleaved(benchmark, floor).run(batch)
+    Interleaved(benchmark, references).run(batch)
+
+
+def bench_paired_get_current(benchmark):
+    """``get_current_device_resource()`` with a pool current (Python callables over host
+    memory without a GPU), beside rmm's. The two libraries share librmm's per-device map,
+    so each round makes rmm's resource current before timing rmm, and nbrmm's before
+    timing nbrmm (both untimed)."""
+    rmm = _rmm_or_none()
+    if rmm is None:
+        pytest.skip("rmm is not installed: there is no reference")
+    kind = "pool" if HAVE_GPU else "host"
+    ours, theirs = make_resource(nbrmm, kind), make_resource(rmm, kind)
+    rmm_before = rmm.mr.get_current_device_resource()
+    get_nbrmm = nbrmm.mr.get_current_device_resource
+    get_rmm = rmm.mr.get_current_device_resource
+
+    def batch_of(get):
+        def batch():
+            for _ in range(BATCH):
+                get()
+
+        return batch
+
+    subject, reference = batch_of(get_nbrmm), batch_of(get_rmm)
+
+    def rmm_timed():
+        rmm.mr.set_current_device_resource(theirs)
+        return _timed(reference)
+
+    try:
+        rmm.mr.set_current_device_resource(theirs)
+        assert get_rmm() is theirs
+        nbrmm.mr.set_current_device_resource(ours)
+        assert get_nbrmm() is ours
+        record(benchmark, "paired", "nbrmm", target="get_current", resource=kind)
+        benchmark.group = "paired get_current_device_resource"
+        Interleaved(benchmark, {"rmm": rmm_timed},
+                    lambda: nbrmm.mr.set_current_device_resource(ours)).run(subject)
+    finally:
+        rmm.mr.set_current_device_resource(rmm_before)
 
 
 @pytest.mark.gpu

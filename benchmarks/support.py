@@ -6,7 +6,7 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
 
 ``case``
     ``buffer``, ``allocate``, ``get_current``, ``set_current``, ``copy``, ``threads``,
-    ``reference`` or ``paired``.
+    ``reference``, ``paired`` or ``workload``.
 ``impl``
     ``nbrmm``, ``rmm``, ``cupy``, ``torch``, ``cuda.core`` or ``python``.
 ``resource``
@@ -30,8 +30,11 @@ Every benchmark records what it measured in ``benchmark.extra_info`` (see ``reco
     median ns per call of each reference timed alongside (``floor``, ``cupy``, ``rmm``,
     ``torch``, ``cuda.core``).
 ``blocks``, ``steps``, ``pool_bytes``
-    The Dask pipeline (``bench_dask.py``): blocks per round, relaxation steps per block,
-    and each worker's pool.
+    The Dask pipeline (``bench_dask.py``, workload W1): blocks per round, relaxation
+    steps per block, and each worker's pool.
+``workload``, ``variants``, ``config``
+    Workloads W2 and W3 (``bench_workloads.py``, case ``workload``): which one, each
+    variant's runs and peaks of memory, and the sizes.
 """
 
 import ctypes

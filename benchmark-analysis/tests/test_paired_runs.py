@@ -40,9 +40,9 @@ def cupy(ns, cupy_ns, rmm_ns):
                   reference_ns={"cupy": cupy_ns, "rmm": rmm_ns})
 
 
-def buffer(kind, ns, floor, impl="nbrmm"):
-    return paired("buffer_overhead", ns, impl=impl, resource=kind, size=256,
-                  reference_ns={"floor": floor})
+def buffer(kind, ns, floor, impl="nbrmm", rmm=None):
+    refs = {"floor": floor} if rmm is None else {"floor": floor, "rmm": rmm}
+    return paired("buffer_overhead", ns, impl=impl, resource=kind, size=256, reference_ns=refs)
 
 
 def cells(markdown, first, second):
@@ -56,43 +56,51 @@ def cells(markdown, first, second):
 SUBJECT = "`cupy.empty(256)`, nbrmm hook over arena"
 
 
+RMM_BUFFER = "rmm's `DeviceBuffer(size=256)`, each over the C++ floor"
+
+
 def test_every_run_gives_one_row_per_target(runs):
-    rows = runs.rows_of_run(run(cupy(2000, 2200, 5000), buffer("arena", 450, 250),
+    rows = runs.rows_of_run(run(cupy(2000, 2200, 5000), buffer("arena", 450, 250, rmm=650),
                                 buffer("arena", 900, 250, impl="rmm"),
                                 {"name": "not paired", "extra_info": {"case": "buffer"},
                                  "stats": {"median": 1e-6}}))
-    assert [(r["reference"], r["measure"]) for r in rows] == [
-        ("CuPy's MemoryPool", "ratio"),
-        ("rmm's rmm_cupy_allocator", "ratio"),
-        ("C++ floor", "difference"),  # rmm's DeviceBuffer has no target: no row
-    ]
+    assert [(r["reference"], r["measure"], r["limit"]) for r in rows] == [
+        ("CuPy's MemoryPool", "ratio", 1.1),
+        ("rmm's rmm_cupy_allocator", "ratio", None),  # compared, without a target
+        ("C++ floor", "difference", None),
+        (RMM_BUFFER, "overhead ratio", 0.75),  # 200 ns over the floor, rmm's 400 ns
+    ]  # rmm's DeviceBuffer as a subject has no figure of nbrmm's: no row
     assert rows[0]["value"] == pytest.approx(2000 / 2200)
-    assert rows[1]["subject_ns"] == pytest.approx(2000) and rows[1]["limit"] == 0.4
-    assert rows[2]["value"] == pytest.approx(200) and rows[2]["limit"] == 250
+    assert rows[1]["subject_ns"] == pytest.approx(2000)
+    assert rows[2]["value"] == pytest.approx(200)
+    assert rows[3]["value"] == pytest.approx(0.5) and rows[3]["reference_ns"] == 650
     assert {r["commit"] for r in rows} == {"abcdef0"}
     assert runs.rows_of_run(run(cupy(1, 1, 1)), commit="f00")[0]["commit"] == "f00"
 
 
 def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
     paths = []
-    for i, (ns, rmm_ns) in enumerate([(1900, 5000), (2100, 5000), (2000, 5000.5)]):
+    for i, (ns, cupy_ns) in enumerate([(2000, 2000), (2300, 2000), (2200, 2000.5)]):
         path = tmp_path / f"run{i}.json.gz"
-        path.write_bytes(gzip.compress(json.dumps(run(cupy(ns, 2200, rmm_ns),
-                                                      buffer("pool", 400, 200))).encode()))
+        doc = run(cupy(ns, cupy_ns, 5000), buffer("pool", 400, 200, rmm=500))
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
         paths.append(str(path))
     csv_path = tmp_path / "runs.csv"
     assert runs.main([*paths, "--commit", "1234567", "--csv", str(csv_path)]) == 0
     md = capsys.readouterr().out
-    # 0.38, 0.42 and 0.39996: two at or under 0.4
-    assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator") == [
-        "≤ 0.4×", "3", "0.400× (0.380× – 0.420×)", "—", "2 of 3", "1234567"]
-    assert cells(md, SUBJECT, "CuPy's MemoryPool")[4] == "3 of 3"
+    # 1.0, 1.15 and 1.09973: two at or under 1.1
+    assert cells(md, SUBJECT, "CuPy's MemoryPool") == [
+        "≤ 1.1×", "3", "1.100× (1.000× – 1.150×)", "—", "2 of 3", "1234567"]
+    assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator")[0] == "—"
+    assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator")[4] == "—"
     assert cells(md, "Buffer(256 B, mr=pool)", "C++ floor") == [
-        "≤ 250 ns", "3", "200 ns (200 ns – 200 ns)", "—", "3 of 3", "1234567"]
+        "—", "3", "200 ns (200 ns – 200 ns)", "—", "—", "1234567"]
+    assert cells(md, "Buffer(256 B, mr=pool)", RMM_BUFFER) == [
+        "≤ 0.75×", "3", "0.667× (0.667× – 0.667×)", "—", "3 of 3", "1234567"]
     # Ratios are kept to five places, times to a tenth of a nanosecond.
     text = csv_path.read_text()
-    assert ",2000.0,5000.5,0.39996,0.4" in text
-    assert ",400.0,200.0,200.0,250.0" in text  # a difference, in nanoseconds
+    assert ",2200.0,2000.5,1.09973,1.1" in text
+    assert ",400.0,200.0,200.0," in text  # a difference, in nanoseconds, without a target
     # The CSV reads back to the same summary, and joins other runs.
     assert runs.main([str(csv_path)]) == 0
     assert capsys.readouterr().out == md
@@ -101,7 +109,26 @@ def test_summary_counts_the_runs_that_met_each_target(runs, tmp_path, capsys):
     runs.main([str(csv_path), str(more)])
     both = capsys.readouterr().out
     assert cells(both, SUBJECT, "CuPy's MemoryPool")[1:] == [
-        "4", "0.932× (0.864× – 1.500×)", "—", "3 of 4", "1234567, 9999999"]
+        "4", "1.125× (1.000× – 1.500×)", "—", "2 of 4", "1234567, 9999999"]
+
+
+def test_runs_recorded_under_earlier_targets_are_judged_by_todays(runs, tmp_path, capsys):
+    # A CSV of runs recorded when a Buffer's target was 250 ns over the floor and CuPy's
+    # hook had to be at most 1.0x CuPy's pool and 0.4x rmm's.
+    path = tmp_path / "old.csv"
+    path.write_text(
+        ",".join(runs.FIELDS) + "\n"
+        f'c0ffee0,2026-12-03,cupy_empty,"{SUBJECT}",CuPy\'s MemoryPool,ratio,2100.0,2000.0,'
+        "1.05000,1.0\n"
+        f'c0ffee0,2026-12-03,cupy_empty,"{SUBJECT}",rmm\'s rmm_cupy_allocator,ratio,2100.0,'
+        "5000.0,0.42000,0.4\n"
+        'c0ffee0,2026-12-03,buffer_overhead,"Buffer(256 B, mr=arena)",C++ floor,difference,'
+        "500.0,200.0,300.0,250.0\n", encoding="utf-8")
+    assert runs.main([str(path)]) == 0
+    md = capsys.readouterr().out
+    assert cells(md, SUBJECT, "CuPy's MemoryPool")[0::4] == ["≤ 1.1×", "1 of 1"]
+    assert cells(md, SUBJECT, "rmm's rmm_cupy_allocator")[0::4] == ["—", "—"]
+    assert cells(md, "Buffer(256 B, mr=arena)", "C++ floor")[0::4] == ["—", "—"]
 
 
 @pytest.mark.parametrize(("n", "expected"), [
@@ -117,7 +144,7 @@ def test_median_interval_is_the_binomial_order_statistics(runs, n, expected):
 
 
 def test_summary_shows_the_median_interval_once_there_are_enough_runs(runs, capsys, tmp_path):
-    ratios = [0.90, 0.95, 1.00, 1.05, 1.10, 1.15, 0.85, 0.80, 1.20]  # 9 runs: x(2)-x(8)
+    ratios = [0.90, 0.95, 1.00, 1.05, 1.12, 1.15, 0.85, 0.80, 1.20]  # 9 runs: x(2)-x(8)
     paths = []
     for i, r in enumerate(ratios):
         path = tmp_path / f"run{i}.json"
@@ -125,7 +152,7 @@ def test_summary_shows_the_median_interval_once_there_are_enough_runs(runs, caps
         paths.append(str(path))
     assert runs.main(paths) == 0
     row = cells(capsys.readouterr().out, SUBJECT, "CuPy's MemoryPool")
-    assert row[2:5] == ["1.000× (0.800× – 1.200×)", "0.850× – 1.150×", "5 of 9"]
+    assert row[2:5] == ["1.000× (0.800× – 1.200×)", "0.850× – 1.150×", "6 of 9"]
 
 
 def test_runs_without_targets_say_so(runs, tmp_path, capsys):
