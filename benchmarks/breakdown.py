@@ -9,7 +9,6 @@ import timeit
 
 import nbrmm
 import nbrmm.mr
-from nbrmm import _nbrmm
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "tests"))
 from extensions import testing as _testing  # noqa: E402  (the C++ timing loops)
@@ -31,7 +30,7 @@ def interleaved(fns):
 def round_robin(stmts, env):
     """{name: [ns per run, one per repeat]} for every (name, statement[, setup])."""
     timers = {
-        name: timeit.Timer(stmt, setup=rest[0] if rest else "T.defer_frees(True)", globals=env)
+        name: timeit.Timer(stmt, setup=rest[0] if rest else "pass", globals=env)
         for name, stmt, *rest in stmts
     }
     return interleaved(
@@ -60,7 +59,6 @@ def main():
         ("Buffer(0, mr=pool)", "B(0, mr=pool)"),
         ("Buffer(0, mr=cuda)", "B(0, mr=cuda)"),
         ("Buffer(256, mr=arena)", "B(256, mr=mr)"),
-        ("Buffer(256, mr=arena), frees not deferred", "B(256, mr=mr)", "T.defer_frees(False)"),
         ("Buffer(256, mr=arena, stream=DEFAULT_STREAM)", "B(256, mr=mr, stream=S)"),
         ("Buffer(256) (current resource)", "B(256)"),
         ("make() = lambda: Buffer(256, mr=arena)", "make()"),
@@ -77,26 +75,18 @@ def main():
     if cupy is not None:
         cupy_pool = cupy.cuda.MemoryPool()
         hook = cupy_hooks.cupy_allocator(mr=arena)
-        env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=hook, cupy_pool=cupy_pool,
-                   paths=cupy_hooks._set_paths)
-        on_hook = "T.defer_frees({}); paths({}); cupy.cuda.set_allocator(hook)"
+        env.update(cupy=cupy, E=cupy.empty, u1=cupy.uint8, hook=hook, cupy_pool=cupy_pool)
+        on_hook = "cupy.cuda.set_allocator(hook)"
         stmts += [
             ("cupy.empty(256): CuPy's MemoryPool", "E(256, dtype=u1)",
              "cupy.cuda.set_allocator(cupy_pool.malloc)"),
-            ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)",
-             on_hook.format(True, "")),
-            ("cupy.empty(256): nbrmm hook, frees not deferred", "E(256, dtype=u1)",
-             on_hook.format(False, "")),
-            ("cupy.empty(256): nbrmm hook, stream via cupy.cuda.stream", "E(256, dtype=u1)",
-             on_hook.format(True, "stream_by_device=False")),
+            ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)", on_hook),
             ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),
-            ("nbrmm hook: hook(256) alone", "hook(256)", on_hook.format(True, "")),
+            ("nbrmm hook: hook(256) alone", "hook(256)", on_hook),
         ]
     runs = round_robin(stmts, env)
-    _nbrmm._defer_frees(True)
     if cupy is not None:
         cupy.cuda.set_allocator(None)
-        cupy_hooks._set_paths()
     # The torch hook's functions of a slot bound to the arena, in turn with the floor.
     slot = nbrmm._nbrmm._torch_bind(arena)
     runs.update(interleaved({

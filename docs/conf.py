@@ -79,15 +79,10 @@ def _missing(name: str) -> bool:
 autodoc_mock_imports = sorted(
     {
         name if not _missing(name.split(".")[0]) else name.split(".")[0]
-        for name in ["cupy", "cupy_backends", "torch", "numba", "cuda.bindings"]
+        for name in ["cupy", "torch", "numba", "cuda.bindings"]
         if _missing(name)
     }
 )
-if "cupy" in autodoc_mock_imports:
-    import nbrmm._nbrmm
-
-    nbrmm._nbrmm._cupy_init = lambda *args, **kwargs: None
-
 # nanobind's functions are instances of ``nanobind.nb_func``, which Python's inspect
 # does not count as routines; tell autodoc that they are built-in functions, so that
 # ``automodule`` and ``autosummary`` document them as functions (not as data).

@@ -34,6 +34,8 @@ def normalize(text: str) -> str:
     """Drop the left-out methods (with their docstrings) and imports from a stub."""
     for pattern in LEFT_OUT_IMPORTS:
         text = pattern.sub("", text)
+    # Module attributes that are capsules: stubgen names their runtime type.
+    text = text.replace(": PyCapsule = ...", ": CapsuleType = ...")
     lines = text.splitlines(keepends=True)
     out, skip_indent = [], None
     for line in lines:

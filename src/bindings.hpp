@@ -1,7 +1,7 @@
 // The binding entry points, in the order nb_rmm.cpp calls them: one per source file.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 namespace nbrmm {
 
@@ -35,10 +35,7 @@ void bind_thread_safe_resource_adaptor(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
 void bind_pointer_copies(nb::module_& m);
-void bind_cupy_allocator(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
-void bind_cuda_core_adapter(nb::module_& m);
 void bind_logger(nb::module_& m);
-void bind_deferred_frees(nb::module_& m);
 
 }  // namespace nbrmm

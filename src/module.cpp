@@ -2,9 +2,9 @@
 #include "bindings.hpp"
 
 // The extension's state is process-wide (librmm's per-device map, nanobind's registry of
-// types, the objects the fast paths compare with), so it is initialised once, in the main
-// interpreter. nanobind's own initialisation would already replace that state in a second
-// interpreter, so the check comes first: NB_MODULE's entry point is renamed, and the one
+// types), so it is initialised once, in the main interpreter. nanobind's own
+// initialisation would already replace that state in a second interpreter, so the check
+// comes first: NB_MODULE's entry point is renamed, and the one
 // Python calls checks the interpreter and then calls it.
 #define PyInit__nbrmm nbrmm_init_module_unchecked
 NB_MODULE(_nbrmm, m)
@@ -49,11 +49,8 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
   nbrmm::bind_pointer_copies(m);
-  nbrmm::bind_cupy_allocator(m);
   nbrmm::bind_torch_allocator(m);
-  nbrmm::bind_cuda_core_adapter(m);
   nbrmm::bind_logger(m);
-  nbrmm::bind_deferred_frees(m);  // diagnostics of the deferred-free queue
 }
 
 #undef PyInit__nbrmm

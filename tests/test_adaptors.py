@@ -575,7 +575,6 @@ def test_adaptor_handed_over_by_cpp_is_its_class(name, tmp_path):
     assert buf.mr is got and heap.bytes_in_use > 0
     del buf, got
     gc.collect()
-    nbrmm._nbrmm._flush_deferred_frees()
     assert heap.bytes_in_use == 0
 
 

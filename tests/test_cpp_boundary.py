@@ -199,7 +199,7 @@ def test_reading_a_cpp_entry_twice_gives_the_same_wrapper():
 
 
 # --------------------------------------------------------------------------------------
-# C++ resources to Python (resource_to_python) and caching types (register_caching_resource)
+# C++ resources to Python (resource_to_python)
 # --------------------------------------------------------------------------------------
 
 
@@ -242,43 +242,13 @@ def test_memory_of_an_unknown_cpp_type_is_host_accessible_only_when_declared():
 def test_capsule_entry_points_refuse_other_objects(bad):
     with pytest.raises(TypeError, match="capsule"):
         nbrmm.mr.DeviceMemoryResource._from_capsule(bad)
-    with pytest.raises(TypeError, match="capsule"):
-        nbrmm._nbrmm._register_caching_resource(bad)
 
 
-def test_a_capsule_of_another_kind_is_refused():
-    mr = HostHeap().resource()
-    with pytest.raises(TypeError, match="capsule"):
-        nbrmm._nbrmm._register_caching_resource(mr.__nbrmm_resource__())
-
-
-def test_a_registered_caching_type_defers_frees():
+def test_a_buffer_of_a_cpp_caching_resource_frees_as_it_dies():
     cache = testing.host_cache_resource()
-    nbrmm._nbrmm._flush_deferred_frees()
-    nbrmm.Buffer(512, mr=cache)  # dies at once, with the GIL held: its free waits
-    assert nbrmm._nbrmm._deferred_frees() == (1, 512)
-    assert testing.live_bytes(cache) == 512
-    nbrmm._nbrmm._flush_deferred_frees()
+    nbrmm.Buffer(512, mr=cache)  # dies at once, with the GIL held: freed there and then
     assert testing.live_bytes(cache) == 0
-
-
-def test_the_caching_registry_takes_a_type_once_and_refuses_past_its_bound():
-    out = run_python(
-        """
-        import nbrmm
-        from extensions import testing
-        assert testing.register_predicates(10) == 10
-        assert testing.register_predicates(10) == 10  # the same ten again: no new entries
-        try:
-            testing.register_predicates(80)
-        except ValueError as e:
-            print(e)
-        # The registry is intact: the test extension's caching type still defers.
-        cache = testing.host_cache_resource()
-        nbrmm._nbrmm._flush_deferred_frees()
-        nbrmm.Buffer(64, mr=cache)
-        assert nbrmm._nbrmm._deferred_frees() == (1, 64)
-        """
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "capsule: too many caching resource types are registered"
+    kept = nbrmm.Buffer(512, mr=cache)
+    assert testing.live_bytes(cache) == 512
+    del kept
+    assert testing.live_bytes(cache) == 0

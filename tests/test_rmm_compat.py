@@ -571,18 +571,6 @@ def test_difference_reentrant_callbacks():
 
 
 @pytest.mark.gpu
-def test_difference_cupy_memory_owner():
-    cupy = pytest.importorskip("cupy")
-    from nbrmm.allocators.cupy import Memory, cupy_allocator
-
-    pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), POOL_SIZE)
-    with cupy.cuda.using_allocator(cupy_allocator(mr=pool)):
-        x = cupy.zeros(100, dtype=cupy.uint8)
-    mem = x.data.mem
-    assert type(mem) is Memory and isinstance(mem, cupy.cuda.memory.BaseMemory)
-    assert mem.mr is pool and mem.size >= 100 and not hasattr(mem, "_owner")
-
-
 def test_difference_numba_memory_info():
     pytest.importorskip("numba.cuda")
     out = run_python(

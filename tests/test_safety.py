@@ -619,7 +619,7 @@ def test_callback_may_use_an_independent_resource():
     buf.close()
 
 
-def test_buffer_freed_inside_a_callback_of_its_resource_waits():
+def test_buffer_freed_inside_a_callback_of_its_resource_waits_for_it_to_return():
     heap = HostHeap()
     holder = {}
 
@@ -628,12 +628,17 @@ def test_buffer_freed_inside_a_callback_of_its_resource_waits():
         return heap.allocate(n, s)
 
     pool = mr.PoolMemoryResource(mr.CallbackMemoryResource(alloc, heap.deallocate), 0)
-    holder["victim"] = nbrmm.Buffer(300, mr=pool)
-    big = nbrmm.Buffer(1 << 20, mr=pool)  # grows the pool: the callback runs
+    stats = mr.StatisticsResourceAdaptor(pool)
+    holder["victim"] = nbrmm.Buffer(300, mr=stats)
+    big = nbrmm.Buffer(1 << 20, mr=stats)  # grows the pool: the callback runs
     assert "victim" not in holder
-    big.close()
-    nbrmm._nbrmm._flush_deferred_frees()
-    assert nbrmm._nbrmm._deferred_frees() == (0, 0)
+    # The victim's free would have entered the pool while it was growing: it waited.
+    assert stats.allocation_counts.current_bytes == 300 + (1 << 20)
+    big.close()  # the next free outside any callback performs it first
+    assert stats.allocation_counts.current_bytes == 0
+    again = nbrmm.Buffer(300, mr=stats)  # and an allocation would have, too
+    assert stats.allocation_counts.current_bytes == 300
+    again.close()
 
 
 def test_failure_callback_may_free_memory_of_its_upstream():

@@ -62,7 +62,6 @@ class SafetyMachine(RuleBasedStateMachine):
         self.resources.clear()
         self.binnings.clear()
         gc.collect()
-        nbrmm._nbrmm._flush_deferred_frees()
         assert self.heap.bytes_in_use == 0
 
     # -- resource graphs ---------------------------------------------------------------

@@ -91,8 +91,8 @@ def _at_exit() -> None:
 
     if any(t.is_alive() and t is not threading.current_thread() for t in threading.enumerate()):
         _nbrmm._abandon_thread_objects()
-    # Frees that wait for nbrmm's next GIL release are done now; later frees happen at once.
-    _nbrmm._stop_deferring_frees()
+    # Frees that waited for a resource's Python callback to return are done now.
+    _nbrmm._perform_waiting_frees()
     # Python objects held in librmm's per-device map are released before the interpreter
     # shuts down; C++ keeps using the resources themselves.
     _nbrmm._release_python_objects()
@@ -101,7 +101,7 @@ def _at_exit() -> None:
 _atexit.register(_at_exit)
 # A forked child must not free the parent's blocks (nor touch its CUDA context).
 if hasattr(_os, "register_at_fork"):
-    _os.register_at_fork(after_in_child=_nbrmm._forget_deferred_frees)
+    _os.register_at_fork(after_in_child=_nbrmm._forget_waiting_frees)
 
 #: This module. Its namespace refers to it, so that the interpreter clears the namespace at
 #: exit (letting go of the Streams in it) also where something of it outlives the module,

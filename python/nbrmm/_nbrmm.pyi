@@ -15,6 +15,8 @@ import nbrmm.statistics
 
 def _raise_pending() -> None: ...
 
+_exception_translator: CapsuleType = ...
+
 class CudaError(RuntimeError):
     """
     A CUDA runtime call failed, or there is no usable CUDA driver or GPU for what was asked.
@@ -59,9 +61,6 @@ def _parse_size(s: int | str, param: str = 's') -> int:
     """
     A size argument as nbrmm reads it (int, or a string such as '1.5 GiB').
     """
-
-def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream:
-    """A stream argument as nbrmm reads it (refusing None)."""
 
 def get_device_count() -> int:
     """
@@ -134,6 +133,9 @@ def get_versions() -> nbrmm._typing.Versions:
         ``cuda_driver`` and ``cuda_runtime`` as CUDA encodes them (e.g. 13000), 0 when
         unavailable, and ``nanobind``.
     """
+
+def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream:
+    """A stream argument as nbrmm reads it (refusing None; rmm's as_stream)."""
 
 class CudaStreamFlags(enum.IntEnum):
     """Flags for creating a new CUDA stream."""
@@ -233,20 +235,6 @@ class CudaStreamPool:
 
     def get_pool_size(self) -> int:
         """Number of streams in the pool."""
-
-def _register_caching_resource(capsule: CapsuleType) -> None:
-    """
-    Register a caching resource type of a C++ extension (capsule protocol).
-
-    Use ``nbrmm::register_caching_resource<T>()`` from ``<nbrmm/nbrmm.hpp>`` rather than
-    calling this.
-
-    Parameters
-    ----------
-    capsule : PyCapsule
-        Named ``"nbrmm.caching_predicate:<librmm major>.<minor>"``, holding a
-        ``nbrmm::caching_predicate``.
-    """
 
 class DeviceMemoryResource:
     """
@@ -389,14 +377,14 @@ class UpstreamResourceAdaptor(DeviceMemoryResource):
     def get_upstream(self) -> DeviceMemoryResource | None:
         """The upstream resource object this adaptor was created with."""
 
-def _stop_deferring_frees() -> None:
+def _perform_waiting_frees() -> None:
     """
-    Free the deferred frees and free at once from now on (run at interpreter exit).
+    Perform the frees that waited for a Python callback to return (run at interpreter exit).
     """
 
-def _forget_deferred_frees() -> None:
+def _forget_waiting_frees() -> None:
     """
-    Drop the deferred frees without performing them (run in a forked child).
+    Drop the waiting frees without performing them (run in a forked child).
     """
 
 def _begin_exit() -> None:
@@ -1333,44 +1321,6 @@ def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: nbrmm._typing
         If CUDA fails (e.g. no GPU).
     """
 
-def _cupy_init(memory_module: types.ModuleType, stream_module: types.ModuleType, backends_stream_module: types.ModuleType | None = None, stream_by_device: bool = True) -> None:
-    """
-    Prepare the CuPy allocator hook for CuPy's ``cupy.cuda.memory`` module.
-
-    Called by ``nbrmm.allocators.cupy`` at import, with ``cupy.cuda.stream`` and
-    ``cupy_backends.cuda.stream`` (None where CuPy has no such module). What is learned
-    about CuPy is learned once; later calls only switch the paths below.
-
-    ``stream_by_device=False`` makes the current stream be read through
-    ``cupy.cuda.stream``'s ``get_current_stream_ptr`` (the slower reference path).
-
-    Raises
-    ------
-    ImportError
-        If this CuPy's memory classes cannot be used.
-    """
-
-def _cupy_stream_by_device() -> bool:
-    """
-    Whether CuPy's current stream is read per device, through ``cupy_backends``.
-    """
-
-def _cupy_memory_type() -> type | None:
-    """
-    The class of the memory objects the CuPy hook creates (None before ``_cupy_init``).
-    """
-
-def _cupy_allocator(mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> Callable[[int], Any]:
-    """
-    A CuPy allocator bound to ``mr`` (None: the current device resource at each
-    allocation) and ``stream`` (None: CuPy's current stream at each allocation).
-
-    Raises
-    ------
-    TypeError
-        If ``mr`` is not a resource or ``stream`` is not stream-like.
-    """
-
 def _torch_bind(mr: DeviceMemoryResource | dict[int, DeviceMemoryResource] | None) -> int:
     """
     The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and
@@ -1403,16 +1353,6 @@ def _torch_outstanding() -> int:
     """
 
 _torch_slot_count: int = 16
-
-def _cuda_core_adapter_setup(adapter: type, stream: type, from_handle: Callable[..., Any]) -> tuple[types.MethodDescriptorType, types.MethodDescriptorType]:
-    """
-    Register nbrmm.interop.NbrmmMemoryResource and the cuda.core objects its methods use (done by nbrmm.interop at import); returns the class's ``allocate`` and ``deallocate`` methods (written in src/cuda_core_adapter.cpp).
-    """
-
-def _cuda_core_stream_marks() -> int:
-    """
-    How many Stream marks the adapter's methods made since nbrmm.interop registered them (for tests).
-    """
 
 class level_enum(enum.IntEnum):
     """
@@ -1526,28 +1466,4 @@ def get_flush_level() -> level_enum:
     -------
     level_enum
         The flush level.
-    """
-
-def _deferred_frees() -> tuple[int, int]:
-    """The frees waiting for nbrmm's next GIL release: ``(count, bytes)``."""
-
-def _flush_deferred_frees() -> None:
-    """Perform the frees waiting for nbrmm's next GIL release now."""
-
-def _defer_frees(enabled: bool) -> bool:
-    """
-    Turn the deferral of frees on or off (to measure its effect).
-
-    Turning it off performs the waiting frees. It cannot be turned on again after
-    interpreter exit has begun.
-
-    Parameters
-    ----------
-    enabled : bool
-        Whether small frees to caching resources may wait for the next GIL release.
-
-    Returns
-    -------
-    bool
-        Whether deferral was on before the call.
     """

@@ -14,9 +14,9 @@
 //  * a resize, reserve or shrink_to_fit in progress: every other use raises BufferError.
 #pragma once
 
-#include "deferred_frees.hpp"
-#include "gil.hpp"
-#include "resource.hpp"
+#include "core/gil.hpp"
+#include "resources/resource.hpp"
+#include "resources/waiting_frees.hpp"
 
 #include <memory>
 #include <optional>
@@ -33,8 +33,7 @@ class buffer_memory {
                 std::size_t alignment,
                 cuda::stream_ref stream,
                 std::shared_ptr<device_resource> const& res,
-                int device,
-                bool caches);
+                int device);
   explicit buffer_memory(rmm::device_buffer&& adopted);
   buffer_memory(buffer_memory&& other) noexcept;
   buffer_memory(buffer_memory const&)            = delete;
@@ -61,12 +60,10 @@ class buffer_memory {
   /// The rmm::device_buffer handed over by C++ (null otherwise).
   [[nodiscard]] rmm::device_buffer* adopted() const noexcept { return adopted_.get(); }
 
-  /// Hands the free over to the deferred-free queue when it may wait (a block of a caching
-  /// resource on the default stream; see deferred_frees); `owner` is the resource object.
-  /// Call with the GIL held; on success this object holds nothing.
-  bool defer_free(DeviceMemoryResource* owner) noexcept;
-  /// Queues the free whatever its size and stream (it must wait; see deferred_frees).
-  void defer_blocked(DeviceMemoryResource* owner) noexcept;
+  /// Hands the free to waiting_frees (it must wait: this thread runs a Python callback of
+  /// the resource); `owner` is the resource object. Call with the GIL held; this object
+  /// holds nothing afterwards.
+  void free_later(nb::handle owner) noexcept;
 
   [[nodiscard]] bool moves_to_reserve(std::size_t n) const noexcept { return n > capacity(); }
   [[nodiscard]] bool moves_to_resize(std::size_t n) const noexcept { return n > capacity(); }
@@ -88,7 +85,6 @@ class buffer_memory {
   cuda::stream_ref stream_{cudaStream_t{nullptr}};
   std::size_t alignment_{default_alignment};
   int device_{-1};
-  bool caches_{false};  ///< the resource is a caching one (deferred_frees::caches)
   std::unique_ptr<rmm::device_buffer> adopted_;
 };
 
@@ -123,7 +119,7 @@ struct Buffer : resource_holder {
 
   enum class release_mode {
     close,     ///< close(): raises BufferError while exports or readers exist
-    destroy,   ///< the object dies: small frees to caches may wait (deferred_frees)
+    destroy,   ///< the object dies
     collect,   ///< the garbage collector clears it: kept while exported
     finalize,  ///< its resource is finalized as cyclic garbage: kept while exported
   };

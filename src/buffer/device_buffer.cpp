@@ -4,14 +4,14 @@
 // current device resource, read from librmm's per-device map at call time. One parser
 // (buffer_args) reads the arguments of every entry point that makes a buffer. See
 // buffer.hpp for what keeps a buffer's memory valid while it is in use.
-#include "args.hpp"
+#include "core/args.hpp"
 #include "bindings.hpp"
-#include "buffer.hpp"
-#include "device.hpp"
-#include "errors.hpp"
-#include "host_copy.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "buffer/buffer.hpp"
+#include "core/device.hpp"
+#include "core/errors.hpp"
+#include "buffer/host_copy.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
 #include <nanobind/ndarray.h>
 
@@ -25,10 +25,6 @@
 #include <optional>
 #include <string>
 
-#if !defined(Py_tp_vectorcall)
-#define Py_tp_vectorcall 82  // CPython 3.14's slot id; nanobind accepts it on every version
-#endif
-
 namespace nbrmm {
 
 // ------------------------------------------------------------------------------------
@@ -39,9 +35,8 @@ buffer_memory::buffer_memory(std::size_t n,
                              std::size_t alignment,
                              cuda::stream_ref stream,
                              std::shared_ptr<device_resource> const& res,
-                             int device,
-                             bool caches)
-  : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}, caches_{caches}
+                             int device)
+  : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}
 {
   block_ = allocate_block(res_.get(), stream_, n, alignment_);
   size_ = capacity_ = n;
@@ -60,31 +55,20 @@ buffer_memory::buffer_memory(buffer_memory&& other) noexcept
     stream_{other.stream_},
     alignment_{other.alignment_},
     device_{other.device_},
-    caches_{other.caches_},
     adopted_{std::move(other.adopted_)}
 {
 }
 
-bool buffer_memory::defer_free(DeviceMemoryResource* owner) noexcept
-{
-  if (!caches_ || adopted_ || block_.raw == nullptr ||
-      !deferred_frees::defer(res_, block_, stream_.get(), device_, owner)) {
-    return false;
-  }
-  block_ = block{};
-  return true;
-}
-
-void buffer_memory::defer_blocked(DeviceMemoryResource* owner) noexcept
+void buffer_memory::free_later(nb::handle owner) noexcept
 {
   if (adopted_) {
     held_resource none;
-    deferred_frees::defer_blocked(none, block{}, adopted_->stream().get(), device_, owner,
-                                  std::move(adopted_));
+    waiting_frees::add(none, block{}, adopted_->stream().get(), device_, owner,
+                       std::move(adopted_));
     return;
   }
   if (block_.raw == nullptr) { return; }
-  deferred_frees::defer_blocked(res_, block_, stream_.get(), device_, owner);
+  waiting_frees::add(res_, block_, stream_.get(), device_, owner);
   block_ = block{};
 }
 
@@ -132,7 +116,7 @@ void buffer_memory::free() noexcept
     adopted_.reset();
     return;
   }
-  if (block_.raw == nullptr) { return; }  // nothing held (its resource may be gone with a deferred free)
+  if (block_.raw == nullptr) { return; }
   free_block(res_.get(), stream_, block_, device_);
   block_ = block{};
 }
@@ -191,11 +175,11 @@ bool Buffer::release(release_mode mode)
   bool const gil = holds_gil();
   if (gil && mr.is_valid() && would_reenter(mr)) {
     // Inside a Python callback of the resource this memory goes back to: the free waits.
-    mem->defer_blocked(nb::inst_ptr<DeviceMemoryResource>(mr));
-  } else if (mode == release_mode::destroy && gil && mr.is_valid()) {
-    mem->defer_free(nb::inst_ptr<DeviceMemoryResource>(mr));
+    mem->free_later(mr);
+  } else if (gil) {
+    waiting_frees::perform();
   }
-  // An empty allocation, or one whose free was queued, frees nothing: its share of the
+  // An empty allocation, or one whose free waits, frees nothing: its share of the
   // resource is not the last (`mr` holds one until it is cleared). Drop it here, with the
   // GIL and without moving it out first.
   if (mem->holds_nothing() && mr.is_valid() &&
@@ -363,12 +347,13 @@ void construct(Buffer* self, buffer_args&& a, void const* src = nullptr)
   auto* r                                     = nb::inst_ptr<DeviceMemoryResource>(a.mr);
   std::shared_ptr<device_resource> const& res = r->shared();
   cuda::stream_ref const s                    = nb::inst_ptr<Stream>(a.stream)->ref();
+  waiting_frees::perform();
   new (self) Buffer{};
   try {
     {
-      std::optional<gil_release> release;
-      if (a.n != 0) { release.emplace(); }  // an empty buffer allocates nothing: no CUDA call
-      self->mem.emplace(a.n, a.alignment, s, res, r->device, r->caches());
+      std::optional<librmm_call> call;
+      if (a.n != 0) { call.emplace(); }  // an empty buffer allocates nothing: no CUDA call
+      self->mem.emplace(a.n, a.alignment, s, res, r->device);
     }
     self->device = r->device >= 0 ? r->device : current_device();
     self->mr     = std::move(a.mr);
@@ -511,7 +496,7 @@ void mutate(Buffer& self, nb::handle stream, char const* what, bool (*moves)(buf
   }
   self.mutating = true;
   try {
-    gil_release release;
+    librmm_call call;
     device_scope const on_device{self.device};
     fn(b, s);
   } catch (...) {
@@ -651,39 +636,8 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 void buffer_releasebuffer(PyObject* self, Py_buffer*) { --nb::inst_ptr<Buffer>(self)->exports; }
 
 // ------------------------------------------------------------------------------------
-// The type: fast constructor and garbage collector slots
+// The type: garbage collector and buffer protocol slots
 // ------------------------------------------------------------------------------------
-
-/// Buffer(nbytes=0, *, mr=None, stream=DEFAULT_STREAM, alignment=256)
-parameters const& buffer_parameters()
-{
-  static PyObject* const names[] = {  // interned for good: never released
-    PyUnicode_InternFromString("nbytes"), PyUnicode_InternFromString("mr"),
-    PyUnicode_InternFromString("stream"), PyUnicode_InternFromString("alignment")};
-  static parameters const params{"Buffer", names, 4, 1};
-  return params;
-}
-
-/// `Buffer(...)`: the type's vectorcall. Parses the arguments of `__init__` without
-/// building a kwargs dict and constructs the instance in place; the same work as
-/// `__init__`, which Python subclasses (and explicit `__init__` calls) still use.
-PyObject* buffer_vectorcall(PyObject* type,
-                            PyObject* const* args,
-                            std::size_t nargsf,
-                            PyObject* kwnames) noexcept
-{
-  PyObject* slots[4];  // nbytes, mr, stream, alignment
-  if (!sort_arguments(buffer_parameters(), args, nargsf, kwnames, slots)) { return nullptr; }
-  try {
-    buffer_args a = parse_buffer_args(slots[0], "nbytes", slots[1], slots[2], slots[3]);
-    return new_buffer(type, [&](Buffer* self) { construct(self, std::move(a)); })
-      .release()
-      .ptr();
-  } catch (...) {
-    raise_current_exception();
-    return nullptr;
-  }
-}
 
 int buffer_traverse(PyObject* self, visitproc visit, void* arg)
 {
@@ -719,10 +673,8 @@ int buffer_clear(PyObject* self)
   return 0;
 }
 
-/// Buffer's slots. DeviceBuffer (another signature) takes them from the second on,
-/// without the vectorcall constructor: `buffer_slots + 1`.
-PyType_Slot buffer_slots[] = {{Py_tp_vectorcall, reinterpret_cast<void*>(buffer_vectorcall)},
-                              {Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
+/// The slots of Buffer and DeviceBuffer: the garbage collector's and the buffer protocol.
+PyType_Slot buffer_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(buffer_traverse)},
                               {Py_tp_clear, reinterpret_cast<void*>(buffer_clear)},
                               {Py_bf_getbuffer, reinterpret_cast<void*>(buffer_getbuffer)},
                               {Py_bf_releasebuffer, reinterpret_cast<void*>(buffer_releasebuffer)},
@@ -1024,7 +976,7 @@ BufferError
     nb::sig("def _from_capsule(capsule: typing_extensions.CapsuleType) -> Buffer"),
     "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
 
-  nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots + 1),
+  nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
                                    nb::is_weak_referenceable(), R"doc(
 rmm-compatible device buffer: ``DeviceBuffer(*, ptr=0, size=0, stream=DEFAULT_STREAM,
 mr=None)``.

@@ -2,9 +2,9 @@
 // the Buffer methods and the raw-pointer copies of nbrmm.pylibrmm.device_buffer.
 #pragma once
 
-#include "errors.hpp"
-#include "gil.hpp"
-#include "stream.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "streams/stream.hpp"
 
 #include <cstddef>
 #include <string>

@@ -5,11 +5,11 @@
 // driver reports the allocation's extent, to hold the whole range: a wrong int raises an
 // exception instead of faulting the process or the CUDA context.
 #include "bindings.hpp"
-#include "errors.hpp"
-#include "gil.hpp"
-#include "host_copy.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "buffer/host_copy.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
 #include <cuda.h>
 

@@ -1,7 +1,7 @@
 // Arguments given from Python (see args.hpp).
-#include "args.hpp"
+#include "core/args.hpp"
 
-#include "rmm_compat.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <rmm/aligned.hpp>
 
@@ -122,59 +122,6 @@ bool bool_arg(nb::handle obj, char const* param)
     throw nb::type_error((std::string{param} + ": expected a bool, got " + type_of(obj)).c_str());
   }
   return obj.ptr() == Py_True;
-}
-
-bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
-                    PyObject* kwnames, PyObject** slots) noexcept
-{
-  if (sort_common_call(params, args, nargsf, kwnames, slots)) { return true; }
-  for (int i = 0; i < params.count; ++i) {
-    if (params.names[i] == nullptr) {  // interning the names failed: out of memory
-      PyErr_NoMemory();
-      return false;
-    }
-  }
-  Py_ssize_t const nargs = PyVectorcall_NARGS(nargsf);
-  if (nargs > params.positional) {
-    try {
-      std::string names;
-      for (int i = 0; i < params.positional; ++i) {
-        char const* name = PyUnicode_AsUTF8(params.names[i]);
-        names += (i != 0 ? ", " : "") + std::string{name != nullptr ? name : "?"};
-      }
-      PyErr_Format(PyExc_TypeError,
-                   "%s() takes at most %d positional argument%s (%s), %zd were given",
-                   params.function, params.positional, params.positional == 1 ? "" : "s",
-                   names.c_str(), nargs);
-    } catch (...) {
-      PyErr_NoMemory();
-    }
-    return false;
-  }
-  for (int i = 0; i < params.count; ++i) { slots[i] = i < nargs ? args[i] : nullptr; }
-  Py_ssize_t const nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t k = 0; k < nkw; ++k) {
-    PyObject* name = PyTuple_GET_ITEM(kwnames, k);
-    int found      = -1;
-    for (int i = 0; i < params.count && found < 0; ++i) {
-      if (name == params.names[i]) { found = i; }
-    }
-    for (int i = 0; i < params.count && found < 0 && PyUnicode_Check(name); ++i) {
-      if (PyUnicode_Compare(name, params.names[i]) == 0) { found = i; }  // not interned
-    }
-    if (found < 0) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%S'",
-                   params.function, name);
-      return false;
-    }
-    if (slots[found] != nullptr) {
-      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%S'",
-                   params.function, name);
-      return false;
-    }
-    slots[found] = args[nargs + k];
-  }
-  return true;
 }
 
 }  // namespace nbrmm

@@ -1,7 +1,7 @@
 // Arguments: sizes, alignments and flags given from Python, checked before librmm sees them.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -41,14 +41,7 @@ inline void check_request(std::size_t bytes, std::size_t alignment, char const* 
 inline std::size_t request_size(nb::handle obj, char const* param,
                                 std::size_t alignment = default_alignment)
 {
-  std::size_t bytes = 0;
-  if (PyLong_CheckExact(obj.ptr())) {  // the common case: a non-negative int in range
-    int overflow      = 0;
-    long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-    bytes = overflow == 0 && v >= 0 ? static_cast<std::size_t>(v) : parse_size(obj, param);
-  } else {
-    bytes = parse_size(obj, param);
-  }
+  std::size_t const bytes = parse_size(obj, param);
   check_request(bytes, alignment, param);
   return bytes;
 }
@@ -59,38 +52,5 @@ std::size_t alignment_arg(nb::handle obj, char const* param = "alignment");
 
 /// Raises TypeError naming `param` unless `obj` is a real bool (no silent truthiness).
 bool bool_arg(nb::handle obj, char const* param);
-
-/// The parameters of a function called through vectorcall: their names (interned), of
-/// which the first `positional` may be given by position and the rest only by keyword.
-struct parameters {
-  char const* function;  ///< the name errors give, e.g. "Buffer"
-  PyObject* const* names;
-  int count;
-  int positional;
-};
-
-/// The common call, sorted inline: the first `params.positional` parameters given by
-/// position and every other by keyword, in order, each keyword the interned name itself.
-/// Fills every slot and returns true then; false (nothing set) for any other call.
-inline bool sort_common_call(parameters const& params, PyObject* const* args,
-                             std::size_t nargsf, PyObject* kwnames, PyObject** slots) noexcept
-{
-  if (PyVectorcall_NARGS(nargsf) != params.positional || kwnames == nullptr ||
-      PyTuple_GET_SIZE(kwnames) != params.count - params.positional) {
-    return false;
-  }
-  for (int i = params.positional; i < params.count; ++i) {
-    if (PyTuple_GET_ITEM(kwnames, i - params.positional) != params.names[i]) { return false; }
-  }
-  for (int i = 0; i < params.count; ++i) { slots[i] = args[i]; }
-  return true;
-}
-
-/// Sorts a vectorcall's arguments into `slots` (one per parameter, in order; those not
-/// given stay null). Returns false with a TypeError set, as Python words it, for too many
-/// positional arguments or an unknown or repeated keyword (a MemoryError where a name in
-/// `params` is null: interning it failed).
-bool sort_arguments(parameters const& params, PyObject* const* args, std::size_t nargsf,
-                    PyObject* kwnames, PyObject** slots) noexcept;
 
 }  // namespace nbrmm

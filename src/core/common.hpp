@@ -1,9 +1,9 @@
 // What every nbrmm source file needs: the precompiled headers, the `nb` alias and librmm's
-// default alignment. Each concern has its own header beside this one (gil.hpp, py_owned.hpp,
-// errors.hpp, args.hpp, device.hpp, stream.hpp, resource.hpp, deferred_frees.hpp, ...).
+// default alignment. Each concern has its own header, in the folder of its layer (core/,
+// streams/, resources/, buffer/; see docs/design.md).
 #pragma once
 
-#include "pch.hpp"
+#include "core/pch.hpp"
 
 #include <nbrmm/nbrmm.hpp>  // the public C++ API (capsule protocol)
 

@@ -1,7 +1,7 @@
 // CUDA devices: the current device, the device count, and making a device current.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 #include <optional>
 

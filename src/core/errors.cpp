@@ -7,7 +7,7 @@
 //   nbrmm.OutOfMemory(BadAlloc)     the resource ran out of memory (rmm::out_of_memory)
 //   nbrmm.LogicError(RuntimeError)  a librmm precondition failed (rmm::logic_error)
 //   ValueError / IndexError         rmm::invalid_argument / rmm::out_of_range
-#include "errors.hpp"
+#include "core/errors.hpp"
 
 #include "bindings.hpp"
 
@@ -247,7 +247,7 @@ std::string clean_message(std::string_view message)
   return text;
 }
 
-void raise_current_exception() noexcept
+void translate_current_exception() noexcept
 {
   pending_exception = std::current_exception();
   // Rethrown inside a bound function, the exception goes through nanobind's translators
@@ -263,6 +263,8 @@ void bind_errors(nb::module_& m)
     if (std::exception_ptr p = std::exchange(pending_exception, nullptr)) { std::rethrow_exception(p); }
   });
   raise_pending = m.attr("_raise_pending").ptr();
+  m.attr("_exception_translator") =
+    nb::capsule(reinterpret_cast<void*>(&translate_current_exception), NBRMM_TRANSLATOR_CAPSULE);
 
   static nb::exception<rmm::cuda_error> cuda_error(m, "CudaError", PyExc_RuntimeError);
   static nb::exception<rmm::logic_error> logic_error(m, "LogicError", PyExc_RuntimeError);

@@ -15,9 +15,12 @@
 // Messages of librmm's exceptions reach Python without librmm's source locations.
 #pragma once
 
-#include "py_owned.hpp"
+#include "core/py_owned.hpp"
 
+#include <atomic>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -70,8 +73,45 @@ class python_out_of_memory : public rmm::out_of_memory {
 [[noreturn]] void throw_python_error();
 
 /// Sets the Python exception for the C++ exception being handled (call inside `catch`),
-/// exactly as an exception leaving a bound function is translated.
-void raise_current_exception() noexcept;
+/// exactly as an exception leaving a bound function is translated. Other extensions reach
+/// it through the capsule `_exception_translator` (nbrmm::raise_current_exception).
+void translate_current_exception() noexcept;
+
+namespace detail {
+/// Threads holding a MemoryError for translation: while it is 0, no thread does, and
+/// forget_python_memory_error() need not look at this thread's record.
+extern std::atomic<int> memory_errors_held;
+void forget_python_memory_error_slow() noexcept;
+}  // namespace detail
+
+/// Forgets the MemoryError that a callback of this call left for the translation of
+/// librmm's out-of-memory error (call with the GIL once the call succeeded).
+inline void forget_python_memory_error() noexcept
+{
+  if (detail::memory_errors_held.load(std::memory_order_relaxed) != 0) {
+    detail::forget_python_memory_error_slow();
+  }
+}
+
+/// An nbrmm call into librmm that may run Python callbacks (an allocation, a resource
+/// that preallocates): releases the GIL for its lifetime and, when the call returns
+/// normally, forgets the MemoryError a callback may have left for translation (librmm
+/// recovered from it: a pool tried a smaller block, a failure callback freed memory).
+class librmm_call {
+ public:
+  librmm_call() noexcept = default;
+  librmm_call(librmm_call const&)            = delete;
+  librmm_call& operator=(librmm_call const&) = delete;
+  ~librmm_call()
+  {
+    release_.reset();
+    if (std::uncaught_exceptions() == exceptions_) { forget_python_memory_error(); }
+  }
+
+ private:
+  int exceptions_{std::uncaught_exceptions()};
+  std::optional<gil_release> release_{std::in_place};
+};
 
 /// `message` without librmm's source locations ("RMM failure at: FILE:LINE: "), exception
 /// class prefixes ("std::bad_alloc: ") and trailing whitespace.

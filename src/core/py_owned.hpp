@@ -1,7 +1,7 @@
 // Python objects owned by C++.
 #pragma once
 
-#include "gil.hpp"
+#include "core/gil.hpp"
 
 namespace nbrmm {
 

@@ -1,11 +1,10 @@
 // Exceptions that are instances of both nbrmm's precise class and the class rmm raises
 // for the same input, the argument checks that raise them, and the helpers behind
-// nbrmm.pylibrmm.helper.parse_bytes and nbrmm.pylibrmm.utils.as_stream.
-#include "rmm_compat.hpp"
+// nbrmm.pylibrmm.helper.parse_bytes (nbrmm.pylibrmm.utils.as_stream's is in cuda_stream.cpp).
+#include "core/rmm_compat.hpp"
 
-#include "args.hpp"
+#include "core/args.hpp"
 #include "bindings.hpp"
-#include "stream.hpp"
 
 #include <limits>
 #include <string>
@@ -148,10 +147,6 @@ void bind_rmm_compat(nb::module_& m)
     nb::arg("s").none(), nb::arg("param") = "s",
     nb::sig("def _parse_size(s: int | str, param: str = 's') -> int"),
     "A size argument as nbrmm reads it (int, or a string such as '1.5 GiB').");
-  m.def(
-    "_as_stream", [](nb::handle stream) { return stream_object(stream, "stream"); },
-    nb::arg("stream").none(), nb::sig("def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream"),
-    "A stream argument as nbrmm reads it (refusing None).");
 }
 
 }  // namespace nbrmm

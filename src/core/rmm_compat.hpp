@@ -4,7 +4,7 @@
 // check raises.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 #include <cstdint>
 #include <string>

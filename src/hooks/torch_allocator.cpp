@@ -17,7 +17,14 @@
 //
 // Both functions run on whatever thread torch calls them from, with or without the GIL,
 // and never touch Python (torch may hold its own locks while calling them).
-#include "hooks.hpp"
+#include "core/args.hpp"
+#include "bindings.hpp"
+#include "core/device.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "resources/per_device_map.hpp"
+#include "resources/resource.hpp"
+#include "streams/stream.hpp"
 
 #include <rmm/cuda_device.hpp>
 
@@ -32,6 +39,10 @@
 #include <vector>
 
 namespace nbrmm {
+
+/// Number of torch hook slots (nbrmm_torch_alloc_<slot> / nbrmm_torch_free_<slot>).
+inline constexpr int torch_slot_count = 16;
+
 namespace {
 
 /// What one slot allocates from. Its members never change once published (the resources
@@ -201,7 +212,7 @@ void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stre
     }
     return bound->allocate(cuda::stream_ref{stream}, size, default_alignment);
   }
-  device_resource res = hooks::current_resource(device);
+  device_resource res = device_map::get(device);
   void* ptr = res.allocate(cuda::stream_ref{stream}, size, default_alignment);
   try {
     std::lock_guard<std::mutex> lock{st.records_lock};

@@ -4,13 +4,12 @@
 // together with what it refers to but does not own.
 #pragma once
 
-#include "args.hpp"
+#include "core/args.hpp"
 #include "bindings.hpp"
-#include "deferred_frees.hpp"
-#include "device.hpp"
-#include "errors.hpp"
-#include "gil.hpp"
-#include "resource.hpp"
+#include "core/device.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "resources/resource.hpp"
 
 #include <memory>
 #include <string>
@@ -68,7 +67,7 @@ template <class Make>
 device_resource make_resource(Make&& make, bool release_gil)
 {
   if (!release_gil) { return device_resource{make()}; }
-  gil_release release;
+  librmm_call call;
   return device_resource{make()};
 }
 

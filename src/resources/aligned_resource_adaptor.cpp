@@ -1,6 +1,6 @@
 // nbrmm.mr.AlignedResourceAdaptor (rmm/mr/aligned_resource_adaptor.hpp): allocations
 // aligned to more than CUDA's 256 bytes.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/aligned.hpp>
 #include <rmm/mr/aligned_resource_adaptor.hpp>

@@ -1,6 +1,6 @@
 // nbrmm.mr.ArenaMemoryResource (rmm/mr/arena_memory_resource.hpp): a global arena split
 // into per-thread and per-stream arenas, built to avoid fragmentation and contention.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/arena_memory_resource.hpp>
 
@@ -64,7 +64,6 @@ arena does not expose it (``upstream_mr`` is then None).)doc")
       nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource, "
               "arena_size: int | str | None = None, dump_log_on_failure: bool = False) -> None"));
   register_typed_wrapper<ArenaMemoryResource, arena_resource>();
-  deferred_frees::register_cache<arena_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

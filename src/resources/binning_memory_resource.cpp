@@ -4,8 +4,8 @@
 // librmm's add_bin() keeps only a reference to a bin resource. nbrmm's binning resource
 // therefore owns a copy of every bin resource beside the librmm resource (in a
 // holder_resource), so that C++ copies of it keep its bins alive.
-#include "adaptor.hpp"
-#include "rmm_compat.hpp"
+#include "resources/adaptor.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <rmm/mr/binning_memory_resource.hpp>
 

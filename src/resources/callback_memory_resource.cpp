@@ -2,7 +2,7 @@
 // Python callables. Unlike rmm, the callables are owned by the C++ resource itself, so
 // any C++ copy of it (in a buffer, an adaptor, the per-device map, another extension)
 // keeps them alive and can never call a freed Python object.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <string>
 

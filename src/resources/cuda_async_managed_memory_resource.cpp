@@ -1,7 +1,7 @@
 // nbrmm.mr.experimental.CudaAsyncManagedMemoryResource
 // (rmm/mr/cuda_async_managed_memory_resource.hpp): stream-ordered managed memory from the
 // device's default managed memory pool.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/cuda_async_managed_memory_resource.hpp>
 

@@ -1,6 +1,6 @@
 // nbrmm.mr.CudaAsyncMemoryResource (rmm/mr/cuda_async_memory_resource.hpp): a new CUDA
 // memory pool served by cudaMallocFromPoolAsync / cudaFreeAsync.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/cuda_async_memory_resource.hpp>
 

@@ -7,7 +7,7 @@
 // in adaptors, in other extensions) co-owns it, so the pool outlives every use of the
 // view, whatever Python drops. The garbage collector sees the owner through the Python
 // object, as every other reference a resource's C++ state holds (see resource.hpp).
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/cuda_async_view_memory_resource.hpp>
 

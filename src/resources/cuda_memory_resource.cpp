@@ -1,5 +1,5 @@
 // nbrmm.mr.CudaMemoryResource (rmm/mr/cuda_memory_resource.hpp): cudaMalloc/cudaFree.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/cuda_memory_resource.hpp>
 

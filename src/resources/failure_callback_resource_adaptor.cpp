@@ -6,7 +6,7 @@
 // std::function), so any C++ copy of the adaptor can call it safely. The adaptor is kept
 // in a holder_resource beside that reference, which tells whether the Python object is
 // the only owner: only then does the garbage collector see the callable through it.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/failure_callback_resource_adaptor.hpp>
 

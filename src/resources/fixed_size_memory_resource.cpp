@@ -1,6 +1,6 @@
 // nbrmm.mr.FixedSizeMemoryResource (rmm/mr/fixed_size_memory_resource.hpp): blocks of
 // one size, carved from chunks taken from the upstream.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/aligned.hpp>
 #include <rmm/mr/fixed_size_memory_resource.hpp>
@@ -65,7 +65,6 @@ blocks_to_preallocate : int, optional
       [](FixedSizeMemoryResource& self) { return resource_as<fixed_resource>(self).get_block_size(); },
       "The block size in bytes (the requested size rounded up to a multiple of 256).");
   register_adaptor_wrapper<FixedSizeMemoryResource, fixed_resource>();
-  deferred_frees::register_cache<fixed_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

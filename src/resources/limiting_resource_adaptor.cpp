@@ -1,6 +1,6 @@
 // nbrmm.mr.LimitingResourceAdaptor (rmm/mr/limiting_resource_adaptor.hpp): refuses
 // allocations beyond a byte limit.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/limiting_resource_adaptor.hpp>
 

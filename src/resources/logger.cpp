@@ -3,8 +3,8 @@
 // written to stderr or to the file named by the environment variable RMM_DEBUG_LOG_FILE;
 // the per-allocation CSV log is LoggingResourceAdaptor's.
 #include "bindings.hpp"
-#include "gil.hpp"
-#include "per_device_map.hpp"
+#include "core/gil.hpp"
+#include "resources/per_device_map.hpp"
 
 #include <rmm/logger.hpp>
 

@@ -1,7 +1,7 @@
 // nbrmm.mr.LoggingResourceAdaptor (rmm/mr/logging_resource_adaptor.hpp): writes every
 // allocation and free to a CSV file.
-#include "adaptor.hpp"
-#include "rmm_compat.hpp"
+#include "resources/adaptor.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <rmm/mr/logging_resource_adaptor.hpp>
 

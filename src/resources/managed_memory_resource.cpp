@@ -1,5 +1,5 @@
 // nbrmm.mr.ManagedMemoryResource (rmm/mr/managed_memory_resource.hpp): cudaMallocManaged.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/managed_memory_resource.hpp>
 

@@ -3,21 +3,21 @@
 // UpstreamResourceAdaptor. Also the raw allocate/deallocate of the base class, whose
 // outstanding allocations nbrmm records so that no pointer is freed twice or to the wrong
 // resource.
-#include "args.hpp"
+#include "core/args.hpp"
 #include "bindings.hpp"
-#include "deferred_frees.hpp"
-#include "errors.hpp"
-#include "gil.hpp"
-#include "resource.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "resources/waiting_frees.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "resources/resource.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
-#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -57,127 +57,11 @@ class raw_lock {
 #endif
 };
 
-/// The outstanding raw allocations by address: open addressing with linear probing over a
-/// power-of-two table, the slot found by multiplying the address (no division, no node
-/// allocated per record). Erasing shifts the entries after it back, so that no search
-/// passes a hole. Used under raw_lock; never destroyed (frees may come at exit).
-class raw_table {
- public:
-  static constexpr std::size_t none = static_cast<std::size_t>(-1);
-
-  /// The slot of `key`'s record, or `none`.
-  [[nodiscard]] std::size_t find(std::uintptr_t key) const noexcept
-  {
-    if (slots_.empty()) { return none; }
-    std::size_t const i = probe(key);
-    return slots_[i].full ? i : none;
-  }
-
-  /// The record in slot `i` (from find()).
-  raw_allocation& at(std::size_t i) noexcept { return slots_[i].record; }
-
-  /// Records `record` at `key`. A record already there is returned (moved out; an empty
-  /// one otherwise). Throws std::bad_alloc, with nothing changed, when the table cannot
-  /// grow.
-  raw_allocation place(std::uintptr_t key, raw_allocation&& record)
-  {
-    // Grown first, so that one search finds the key or the slot for it (a record replaced
-    // at the threshold grows the table one record early).
-    if ((count_ + 1) * 2 > slots_.size()) {
-      resize(slots_.empty() ? min_slots : slots_.size() * 2);
-    }
-    std::size_t const i = probe(key);
-    if (slots_[i].full) { return std::exchange(slots_[i].record, std::move(record)); }
-    fill(i, key, std::move(record));
-    ++count_;
-    return {};
-  }
-
-  /// Removes the record in slot `i` (from find()) and returns it.
-  raw_allocation take(std::size_t i) noexcept
-  {
-    raw_allocation taken = std::move(slots_[i].record);
-    slots_[i].full       = false;
-    // Backward shift: an entry after the hole that its search would not find past the
-    // hole moves into it, and the hole moves on to where the entry was.
-    std::size_t hole = i;
-    for (std::size_t j = next(hole); slots_[j].full; j = next(j)) {
-      if (((j - home(slots_[j].key)) & mask()) >= ((j - hole) & mask())) {
-        slots_[hole]   = std::move(slots_[j]);
-        slots_[j].full = false;
-        hole           = j;
-      }
-    }
-    --count_;
-    if (slots_.size() > shrink_above && count_ * 8 < slots_.size()) {
-      try {
-        resize(slots_.size() / 2);
-      } catch (...) {  // (the table stays as large as it is)
-      }
-    }
-    return taken;
-  }
-
-  /// Calls `f(record)` for every record.
-  template <class F>
-  void for_each(F&& f)
-  {
-    for (slot& s : slots_) {
-      if (s.full) { f(s.record); }
-    }
-  }
-
- private:
-  struct slot {
-    std::uintptr_t key{0};
-    bool full{false};
-    raw_allocation record{};
-  };
-  static constexpr std::size_t min_slots    = 64;
-  static constexpr std::size_t shrink_above = 1024;
-
-  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
-  [[nodiscard]] std::size_t next(std::size_t i) const noexcept { return (i + 1) & mask(); }
-  [[nodiscard]] std::size_t home(std::uintptr_t key) const noexcept
-  {
-    // Fibonacci hashing: the product's high bits, as many as the table has index bits.
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ULL) >>
-                                    shift_);
-  }
-  /// The slot holding `key`, or the empty slot where it goes (the table has slots, and
-  /// always an empty one).
-  [[nodiscard]] std::size_t probe(std::uintptr_t key) const noexcept
-  {
-    std::size_t i = home(key);
-    while (slots_[i].full && slots_[i].key != key) { i = next(i); }
-    return i;
-  }
-  void fill(std::size_t i, std::uintptr_t key, raw_allocation&& record) noexcept
-  {
-    slots_[i].key    = key;
-    slots_[i].full   = true;
-    slots_[i].record = std::move(record);
-  }
-  /// Moves every record into a table of `size` slots (a power of two); throws
-  /// std::bad_alloc, with nothing changed, when there is no memory for it.
-  void resize(std::size_t size)
-  {
-    std::vector<slot> old(size);
-    old.swap(slots_);
-    shift_ = 64 - static_cast<unsigned>(std::countr_zero(size));
-    for (slot& s : old) {
-      if (s.full) { fill(probe(s.key), s.key, std::move(s.record)); }  // (keys differ)
-    }
-  }
-
-  std::vector<slot> slots_;
-  std::size_t count_{0};
-  unsigned shift_{64};
-};
-
-raw_table& raw_allocations()
+/// The outstanding raw allocations by address. Used under raw_lock; never destroyed
+/// (frees may come at exit).
+std::unordered_map<std::uintptr_t, raw_allocation>& raw_allocations()
 {
-  static auto* table = new raw_table;
+  static auto* table = new std::unordered_map<std::uintptr_t, raw_allocation>;
   return *table;
 }
 
@@ -197,9 +81,10 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   device_resource& res = r.get();
   check_reentry(self, "allocate");
   if (n == 0) { return 0; }
+  waiting_frees::perform();
   block b;
   {
-    gil_release release;
+    librmm_call call;
     b = allocate_block(res, s, n, alignment);
   }
   auto const key = reinterpret_cast<std::uintptr_t>(b.data);
@@ -209,7 +94,8 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   try {
     raw_allocation record{self.ptr(), r.shared(), b, n, alignment, r.device};
     raw_lock const lock;
-    stale = raw_allocations().place(key, std::move(record));
+    auto [it, placed] = raw_allocations().try_emplace(key, std::move(record));
+    if (!placed) { stale = std::exchange(it->second, std::move(record)); }
   } catch (...) {
     {
       gil_release release;
@@ -228,6 +114,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
   auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
   if (ptr == 0 && n == 0) { return; }
   check_reentry(self, "deallocate");
+  waiting_frees::perform();
   raw_allocation a{};
   nb::object other;  // the resource object that allocated `ptr`, when it is another's
   bool foreign = false;
@@ -235,15 +122,15 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
     // No Python code runs in this scope (see raw_lock): the error naming another
     // resource's class is worded after it.
     raw_lock const lock;
-    auto& table         = raw_allocations();
-    std::size_t const i = table.find(ptr);
-    if (i == raw_table::none) {
+    auto& table   = raw_allocations();
+    auto const it = table.find(ptr);
+    if (it == table.end()) {
       throw nb::value_error(("ptr: " + hex(ptr) +
                              " is not an outstanding allocation of allocate() (never "
                              "allocated, or already freed)")
                               .c_str());
     }
-    raw_allocation const& found = table.at(i);
+    raw_allocation const& found = it->second;
     foreign = found.owner != self.ptr() &&
               !(r.res.has_value() && unwrap(*found.res) == unwrap(r.res));
     if (foreign) {
@@ -258,7 +145,8 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
                              std::to_string(alignment))
                               .c_str());
     } else {
-      a = table.take(i);
+      a = std::move(it->second);
+      table.erase(it);
     }
   }
   if (foreign) {
@@ -282,9 +170,9 @@ std::size_t raw_outstanding(nb::handle self)
 {
   raw_lock const lock;
   std::size_t count = 0;
-  raw_allocations().for_each([&](raw_allocation const& a) {
+  for (auto const& [ptr, a] : raw_allocations()) {
     if (a.owner == self.ptr()) { ++count; }
-  });
+  }
   return count;
 }
 
@@ -295,15 +183,15 @@ void release_raw_allocation_owners() noexcept
   std::vector<PyObject*> owners;
   {
     raw_lock const lock;
-    raw_allocations().for_each([&](raw_allocation& a) {
-      if (a.owner == nullptr) { return; }
+    for (auto& [ptr, a] : raw_allocations()) {
+      if (a.owner == nullptr) { continue; }
       try {
         owners.push_back(a.owner);
       } catch (...) {
-        return;  // without memory to list it, the reference stays
+        continue;  // without memory to list it, the reference stays
       }
       a.owner = nullptr;
-    });
+    }
   }
   for (PyObject* o : owners) { Py_DECREF(o); }
 }
@@ -333,28 +221,7 @@ std::size_t resource_identity(nb::handle self)
 }  // namespace
 
 void bind_memory_resource(nb::module_& m)
-{  m.def(
-    "_register_caching_resource",
-    [](nb::handle capsule) {
-      if (PyCapsule_IsValid(capsule.ptr(), NBRMM_CACHING_CAPSULE) == 0) {
-        throw nb::type_error("capsule: expected a capsule named \"" NBRMM_CACHING_CAPSULE
-                             "\" (see <nbrmm/nbrmm.hpp>)");
-      }
-      deferred_frees::register_cache(reinterpret_cast<caching_predicate>(
-        PyCapsule_GetPointer(capsule.ptr(), NBRMM_CACHING_CAPSULE)));
-    },
-    nb::arg("capsule"),
-    nb::sig("def _register_caching_resource(capsule: typing_extensions.CapsuleType) -> None"),
-    R"doc(Register a caching resource type of a C++ extension (capsule protocol).
-
-Use ``nbrmm::register_caching_resource<T>()`` from ``<nbrmm/nbrmm.hpp>`` rather than
-calling this.
-
-Parameters
-----------
-capsule : PyCapsule
-    Named ``"nbrmm.caching_predicate:<librmm major>.<minor>"``, holding a
-    ``nbrmm::caching_predicate``.)doc");
+{
 
 
   auto base = nb::class_<DeviceMemoryResource>(m, "DeviceMemoryResource",
@@ -577,11 +444,12 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
       nb::sig("def get_upstream(self) -> DeviceMemoryResource | None"),
       "The upstream resource object this adaptor was created with.");
 
-  m.def("_stop_deferring_frees", &deferred_frees::stop,
-        "Free the deferred frees and free at once from now on (run at interpreter exit).");
-  m.def("_forget_deferred_frees", &deferred_frees::forget,
-        "Drop the deferred frees without performing them (run in a forked child).");
-  m.def("_begin_exit", &begin_exit,
+  m.def("_perform_waiting_frees", &waiting_frees::perform,
+        "Perform the frees that waited for a Python callback to return (run at interpreter "
+        "exit).");
+  m.def("_forget_waiting_frees", &waiting_frees::forget,
+        "Drop the waiting frees without performing them (run in a forked child).");
+  m.def("_begin_exit", &exit_guard::begin,
         "Stop other threads from taking the GIL inside nbrmm (run at interpreter exit).");
   m.def(
     "_abandon_thread_objects", []() { nb::set_leak_warnings(false); },

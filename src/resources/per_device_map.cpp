@@ -1,5 +1,5 @@
 // The one place that reads and writes librmm's per-device resource map (see the header).
-#include "per_device_map.hpp"
+#include "resources/per_device_map.hpp"
 
 #include <rmm/mr/per_device_resource.hpp>
 

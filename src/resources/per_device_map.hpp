@@ -8,7 +8,7 @@
 // the last copy destroys it with the GIL held (or after handing it to one that does).
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 #include <functional>
 #include <vector>

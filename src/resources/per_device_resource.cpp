@@ -4,11 +4,12 @@
 // carries the Python object it was set from (python_owned_resource), so that reading the
 // map back returns that very object; entries written by C++ are wrapped on read.
 #include "bindings.hpp"
-#include "device.hpp"
-#include "gil.hpp"
-#include "per_device_map.hpp"
-#include "resource.hpp"
-#include "rmm_compat.hpp"
+#include "core/device.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "resources/per_device_map.hpp"
+#include "resources/resource.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <map>
 #include <string>
@@ -129,7 +130,6 @@ void release_python_objects()
     }
   });
   release_raw_allocation_owners();
-  release_cuda_core_adapter();
   forget_python_memory_error();
 }
 

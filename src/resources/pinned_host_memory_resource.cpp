@@ -1,6 +1,6 @@
 // nbrmm.mr.PinnedHostMemoryResource (rmm/mr/pinned_host_memory_resource.hpp):
 // cudaHostAlloc / cudaFreeHost.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/pinned_host_memory_resource.hpp>
 

@@ -1,7 +1,7 @@
 // nbrmm.mr.PoolMemoryResource (rmm/mr/pool_memory_resource.hpp): a coalescing best-fit
 // suballocator over memory taken from the upstream in large chunks.
-#include "adaptor.hpp"
-#include "rmm_compat.hpp"
+#include "resources/adaptor.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <rmm/aligned.hpp>
 #include <rmm/cuda_device.hpp>
@@ -95,7 +95,6 @@ MemoryError
       [](PoolMemoryResource& self) { return resource_as<pool_resource>(self).pool_size(); },
       "Bytes the pool currently holds from its upstream (in use or free).");
   register_adaptor_wrapper<PoolMemoryResource, pool_resource>();
-  deferred_frees::register_cache<pool_resource>();  // deallocate only refills its free lists
 }
 
 }  // namespace nbrmm

@@ -1,6 +1,6 @@
 // nbrmm.mr.PrefetchResourceAdaptor (rmm/mr/prefetch_resource_adaptor.hpp): prefetches
 // each new allocation to the device.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/prefetch_resource_adaptor.hpp>
 

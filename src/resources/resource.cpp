@@ -1,11 +1,10 @@
 // Resources (see resource.hpp): the resource that calls Python, resource objects, their
 // garbage-collector slots, re-entrancy checks, the wrapper registry and aligned blocks.
-#include "resource.hpp"
+#include "resources/resource.hpp"
 
-#include "deferred_frees.hpp"
-#include "errors.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "core/errors.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
 #include <rmm/aligned.hpp>
 
@@ -299,18 +298,6 @@ void DeviceMemoryResource::clear() noexcept
   impl_refs.clear();
 }
 
-bool DeviceMemoryResource::caches() noexcept
-{
-  if (caches_ < 0) { caches_ = res.has_value() && deferred_frees::caches(res) ? 1 : 0; }
-  return caches_ == 1;
-}
-
-DeviceMemoryResource::~DeviceMemoryResource()
-{
-  if (queued_frees != 0 && holds_gil()) { deferred_frees::flush(); }
-  if (queued_frees != 0) { deferred_frees::forget_owner(this); }
-}
-
 namespace {
 
 PyTypeObject* resource_type = nullptr;  // nbrmm.mr.DeviceMemoryResource
@@ -466,7 +453,7 @@ int resource_traverse(PyObject* self, visitproc visit, void* arg)
   auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
   Py_VISIT(r->upstream.ptr());
   Py_VISIT(r->keep.ptr());
-  if (r->from_cpp || !r->res.has_value() || r->queued_frees != 0) { return 0; }
+  if (r->from_cpp || !r->res.has_value()) { return 0; }
   if (auto const* st = r->callables()) {
     Py_VISIT(st->allocate.get().ptr());
     Py_VISIT(st->deallocate.get().ptr());
@@ -498,7 +485,6 @@ void resource_finalize(PyObject* self)
   if (!nb::inst_ready(self)) { return; }
   auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
   r->holders.release_all();
-  if (r->queued_frees != 0) { deferred_frees::flush(); }
 }
 
 }  // namespace

@@ -16,12 +16,12 @@
 // Re-entrancy: while a Python callback of a resource runs (callback_scope), the resource
 // and whatever called it may hold locks. A call from that callback into a resource that
 // depends on the calling one (it would call it again) is refused (check_reentry), and a
-// free to one is deferred until the callback has returned (would_reenter).
+// free to one waits until the callback has returned (would_reenter, waiting_frees.hpp).
 #pragma once
 
-#include "device.hpp"
-#include "py_owned.hpp"
-#include "resource_base.hpp"
+#include "core/device.hpp"
+#include "core/py_owned.hpp"
+#include "resources/resource_base.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -172,8 +172,6 @@ struct DeviceMemoryResource {
   DeviceMemoryResource()                                  = default;
   DeviceMemoryResource(DeviceMemoryResource&&)            = default;
   DeviceMemoryResource& operator=(DeviceMemoryResource&&) = default;
-  /// Performs the deferred frees: they may hold the last C++ copy of this resource.
-  ~DeviceMemoryResource();
 
   device_resource res;          ///< the owning librmm resource (empty only after GC clear)
   int device{-1};               ///< CUDA device active when the resource was created
@@ -192,10 +190,6 @@ struct DeviceMemoryResource {
   /// The references that copies of other resource objects inside `res` hold (upstream,
   /// bins): reported to the garbage collector while no other copy shares them.
   std::vector<std::weak_ptr<py_owned>> impl_refs;
-  /// Frees of memory of this object queued in deferred_frees (which then share its C++
-  /// copy without a reference to the object): the garbage collector is told nothing of
-  /// what the C++ copy holds meanwhile.
-  int queued_frees{0};
   /// nbrmm Buffers allocated from this object while it calls Python: their memory is
   /// freed when this object is finalized as cyclic garbage, while the callables are intact.
   holder_list holders;
@@ -222,14 +216,10 @@ struct DeviceMemoryResource {
   /// python_state(res), worked out once: `res` is set once, when the object is made.
   [[nodiscard]] python_resource::state const* callables() noexcept;
 
-  /// deferred_frees::caches(res), worked out once.
-  [[nodiscard]] bool caches() noexcept;
-
  private:
   std::shared_ptr<device_resource> shared_;
   python_resource::state const* callables_{nullptr};
   bool callables_known_{false};
-  signed char caches_{-1};  ///< -1: not worked out yet
 };
 
 /// Backing struct of `nbrmm.mr.UpstreamResourceAdaptor` (adaptors derive from it).
@@ -259,7 +249,7 @@ inline void check_reentry(nb::handle mr, char const* what)
 }
 
 /// Whether a free to `mr` now would call back into a resource whose Python callback this
-/// thread runs (the free must then wait).
+/// thread runs (the free must then wait: waiting_frees).
 inline bool would_reenter(nb::handle mr) noexcept
 {
   return inside_callback() && detail::would_reenter_slow(mr);
@@ -276,10 +266,6 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t bytes, std::size_t alig
 /// naming what does not match (nothing is freed then).
 void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t bytes,
                     std::size_t alignment, cuda::stream_ref stream);
-
-/// Lets go of what nbrmm.interop registered for NbrmmMemoryResource's methods (at
-/// interpreter exit; cuda_core_adapter.cpp). Later calls allocate nothing, free nothing.
-void release_cuda_core_adapter() noexcept;
 
 /// Lets go of the resource objects that outstanding DeviceMemoryResource.allocate
 /// allocations keep alive (at interpreter exit; the allocations stay recorded).

@@ -10,7 +10,7 @@
 //    and its operator==.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 namespace nbrmm {
 

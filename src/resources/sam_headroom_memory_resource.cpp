@@ -1,6 +1,6 @@
 // nbrmm.mr.SamHeadroomMemoryResource (rmm/mr/sam_headroom_memory_resource.hpp): system
 // memory placed on the GPU while the GPU keeps `headroom` bytes free.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/sam_headroom_memory_resource.hpp>
 

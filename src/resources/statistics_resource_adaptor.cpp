@@ -1,6 +1,6 @@
 // nbrmm.mr.StatisticsResourceAdaptor (rmm/mr/statistics_resource_adaptor.hpp): counts the
 // bytes and allocations that pass through it, with a stack of counter frames.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/statistics_resource_adaptor.hpp>
 

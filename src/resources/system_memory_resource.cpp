@@ -1,6 +1,6 @@
 // nbrmm.mr.SystemMemoryResource (rmm/mr/system_memory_resource.hpp): malloc/free memory
 // that the GPU reaches through system-allocated memory (SAM / HMM).
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/system_memory_resource.hpp>
 

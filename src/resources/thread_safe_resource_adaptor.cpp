@@ -1,6 +1,6 @@
 // nbrmm.mr.ThreadSafeResourceAdaptor (rmm/mr/thread_safe_resource_adaptor.hpp): one
 // mutex around every call to the upstream.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/thread_safe_resource_adaptor.hpp>
 

@@ -1,6 +1,6 @@
 // nbrmm.mr.TrackingResourceAdaptor (rmm/mr/tracking_resource_adaptor.hpp): records every
 // outstanding allocation, optionally with the C++ stack that made it.
-#include "adaptor.hpp"
+#include "resources/adaptor.hpp"
 
 #include <rmm/mr/tracking_resource_adaptor.hpp>
 

@@ -1,9 +1,9 @@
 // Device queries of rmm/cuda_device.hpp. None of these abort without a GPU: they either
 // report "no device" (-1 / 0) or raise nbrmm.CudaError.
 #include "bindings.hpp"
-#include "device.hpp"
-#include "errors.hpp"
-#include "gil.hpp"
+#include "core/device.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
 
 #include <rmm/cuda_device.hpp>
 

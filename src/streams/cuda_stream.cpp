@@ -1,10 +1,10 @@
 // nbrmm.Stream (rmm/cuda_stream.hpp): an owned CUDA stream, or a non-owning view of any
 // object that implements the `__cuda_stream__` protocol, which it keeps alive.
 #include "bindings.hpp"
-#include "errors.hpp"
-#include "gil.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "core/errors.hpp"
+#include "core/gil.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
 #include <rmm/cuda_stream.hpp>
 
@@ -183,6 +183,10 @@ nb::handle default_stream_arg() { return default_stream_arg_obj; }
 
 void bind_cuda_stream(nb::module_& m)
 {
+  m.def(
+    "_as_stream", [](nb::handle stream) { return stream_object(stream, "stream"); },
+    nb::arg("stream").none(), nb::sig("def _as_stream(stream: nbrmm._typing.CudaStreamLike) -> Stream"),
+    "A stream argument as nbrmm reads it (refusing None; rmm's as_stream).");
   nb::enum_<rmm::cuda_stream::flags>(m, "CudaStreamFlags", nb::is_arithmetic(),
                                      "Flags for creating a new CUDA stream.")
     .value("SYNC_DEFAULT", rmm::cuda_stream::flags::sync_default,

@@ -1,9 +1,9 @@
 // nbrmm.CudaStreamPool (rmm/cuda_stream_pool.hpp): a fixed set of streams handed out
 // round-robin. Streams taken from the pool keep the pool alive.
 #include "bindings.hpp"
-#include "gil.hpp"
-#include "rmm_compat.hpp"
-#include "stream.hpp"
+#include "core/gil.hpp"
+#include "core/rmm_compat.hpp"
+#include "streams/stream.hpp"
 
 #include <rmm/cuda_stream_pool.hpp>
 

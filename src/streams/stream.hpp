@@ -1,7 +1,7 @@
 // Streams: nbrmm.Stream and the conversion of stream-like Python objects.
 #pragma once
 
-#include "common.hpp"
+#include "core/common.hpp"
 
 #include <memory>
 

@@ -264,8 +264,8 @@ class host_heap_resource {
 };
 
 /// A caching host resource, like librmm's pool in miniature: freed blocks go to its own
-/// free lists (so it is registered with nbrmm as a caching resource, whose frees may
-/// wait), and it fails with out_of_memory past `limit` bytes in use. Copies share state.
+/// free lists, and it fails with out_of_memory past `limit` bytes in use. Copies share
+/// state.
 class host_cache_resource {
  public:
   explicit host_cache_resource(std::size_t limit) : state_{std::make_shared<state>(limit)} {}
@@ -342,23 +342,6 @@ class host_cache_resource {
 
 bool refuse_retry(std::size_t, void*) { return false; }
 
-// Distinct caching predicates that recognise nothing, to fill nbrmm's registry.
-template <std::size_t I>
-bool recognises_nothing(device_resource const&) noexcept
-{
-  return false;
-}
-
-template <std::size_t... I>
-int register_predicates(int n, std::index_sequence<I...>)
-{
-  nbrmm::caching_predicate const all[] = {&recognises_nothing<I>...};
-  int i = 0;
-  for (; i < n && i < static_cast<int>(sizeof...(I)); ++i) {
-    if (nbrmm::register_caching_predicate(all[i]) != 0) { throw nb::python_error(); }
-  }
-  return i;
-}
 
 /// librmm's resource or adaptor `kind` over `upstream`, made as C++ code would make it.
 device_resource make_cpp(std::string const& kind, device_resource up,
@@ -388,8 +371,6 @@ device_resource make_cpp(std::string const& kind, device_resource up,
 
 NB_MODULE(nbrmm_testing, m)
 {
-  if (nbrmm::register_caching_resource<host_cache_resource>() != 0) { throw nb::python_error(); }
-
   m.def("allocate_round_trip_ns", &allocate_round_trip_ns, nb::arg("mr").none(),
         nb::arg("nbytes"), nb::arg("iterations"), nb::arg("stream").none() = nb::none(),
         nb::arg("alignment") = default_alignment,
@@ -420,14 +401,7 @@ NB_MODULE(nbrmm_testing, m)
       return to_python(device_resource{host_cache_resource{cap}}, true);
     },
     nb::arg("limit").none() = nb::none(),
-    "A caching C++ host resource (registered with nbrmm as caching), at most ``limit`` "
-    "bytes in use.");
-  m.def(
-    "register_predicates",
-    [](int n) { return register_predicates(n, std::make_index_sequence<80>{}); },
-    nb::arg("n"),
-    "Registers the first ``n`` (at most 80) of a fixed set of distinct caching predicates "
-    "that recognise no resource; returns how many were registered.");
+    "A caching C++ host resource, at most ``limit`` bytes in use.");
   m.def(
     "live_bytes",
     [](nb::handle mr) {

@@ -9,20 +9,23 @@ Examples
 >>> with cupy.cuda.using_allocator(cupy_allocator(mr=arena)):
 ...     x = cupy.arange(10)                          # allocated from ``arena``
 
-Each allocation is a ``cupy.cuda.MemoryPointer`` to an :class:`Memory` that owns a C++
-copy of its resource: the memory returns to that resource, on the stream it was allocated
-on, when CuPy drops it, even if the current resource has changed since. A failed
-allocation raises ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
+Each allocation is one :class:`nbrmm.DeviceBuffer`, handed to CuPy as a
+``cupy.cuda.MemoryPointer`` to a ``cupy.cuda.UnownedMemory`` (:data:`Memory`) whose owner
+is that buffer. When CuPy drops the memory, the buffer goes with it: the memory returns to
+the resource that allocated it, on the stream it was allocated on, even if the current
+resource has changed since. A failed allocation raises
+``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
 """
 
 from __future__ import annotations
 
 import atexit
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nbrmm import _nbrmm
-from nbrmm._nbrmm import Stream  # noqa: F401 - rmm.allocators.cupy has it too
+from nbrmm._nbrmm import Stream  # rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
 
 if TYPE_CHECKING:
@@ -31,43 +34,181 @@ if TYPE_CHECKING:
 _missing: _Missing | None
 
 try:
-    import cupy.cuda.memory as _cupy_memory
-    import cupy.cuda.stream as _cupy_stream
+    import cupy as _cupy
+    from cupy.cuda import memory as _cupy_memory
 except ImportError as exc:  # as in rmm, the module imports; its hooks raise when used
     _missing = _Missing("cupy", "CuPy (the 'cupy' package for your CUDA version, e.g. "
                         "cupy-cuda13x)", exc)
 else:
     _missing = None
+    # What each allocation uses, bound once (nothing of CuPy is called at import).
+    _get_device_id = _cupy.cuda.get_device_id
+    _get_current_stream = _cupy.cuda.get_current_stream
+    _UnownedMemory = _cupy.cuda.UnownedMemory
+    _MemoryPointer = _cupy.cuda.MemoryPointer
+    _OutOfMemoryError = _cupy_memory.OutOfMemoryError
+    # CuPy's default streams, as nbrmm's Streams of the same handles (CuPy's null stream
+    # is the legacy default stream, spelled 0; ``ptds`` is the per-thread default stream).
+    _CUPY_NULL_STREAM = _cupy.cuda.Stream.null
+    _CUPY_PER_THREAD_STREAM = _cupy.cuda.Stream.ptds
+
+_DeviceBuffer = _nbrmm.DeviceBuffer
+_DEFAULT_STREAM = _nbrmm.DEFAULT_STREAM
+_PER_THREAD_DEFAULT_STREAM = _nbrmm.PER_THREAD_DEFAULT_STREAM
+
+
+def _type_name(obj: object) -> str:
+    cls = type(obj)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _nbytes_arg(nbytes: object) -> int:
+    """``nbytes`` (not an ``int`` from 0 to 2**64 - 1) as an int, or the error for it."""
+    if isinstance(nbytes, bool):
+        raise TypeError("nbytes: expected an int, got bool")
     try:
-        import cupy_backends.cuda.stream as _cupy_backends_stream
-    except ImportError:  # older CuPy: the current stream is read through cupy.cuda.stream
-        _cupy_backends_stream = None
+        n = operator.index(nbytes)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"nbytes: expected an int, got {_type_name(nbytes)}") from None
+    if n < 0:
+        raise ValueError(f"nbytes: must be non-negative, got {n}")
+    if n >> 64:
+        raise ValueError(f"nbytes: {n} does not fit in 64 bits")
+    return n
 
 
-def _set_paths(*, stream_by_device: bool = True) -> None:
-    """Prepare the hook for this CuPy, choosing how it reads CuPy's current stream.
+class CupyAllocator:
+    """A CuPy allocator: ``allocator(nbytes) -> cupy.cuda.MemoryPointer``.
+
+    Use it with ``cupy.cuda.set_allocator`` or ``cupy.cuda.using_allocator``. Made by
+    :func:`cupy_allocator` (``CupyAllocator(mr, stream)`` is the same).
 
     Parameters
     ----------
-    stream_by_device : bool, optional
-        Read CuPy's current stream per device through ``cupy_backends`` (where this CuPy
-        has it), rather than through ``cupy.cuda.stream.get_current_stream_ptr``.
+    mr : DeviceMemoryResource, optional
+        The resource to allocate from. None (the default): the current device resource,
+        read from librmm's per-device map at each allocation.
+    stream : Stream or object with ``__cuda_stream__``, optional
+        The stream every allocation is ordered on (and later freed on). None (the
+        default): CuPy's current stream at each allocation.
+
+    Raises
+    ------
+    TypeError
+        If ``mr`` is not an nbrmm resource or ``stream`` is not stream-like.
+    ModuleNotFoundError
+        If CuPy cannot be imported.
+
+    Notes
+    -----
+    Each call allocates one :class:`nbrmm.DeviceBuffer` of ``nbytes`` bytes and returns a
+    ``cupy.cuda.MemoryPointer`` to a ``cupy.cuda.UnownedMemory`` that owns it. A
+    ``MemoryError`` of the resource is raised as ``cupy.cuda.memory.OutOfMemoryError``
+    whose ``__cause__`` is that error, so that CuPy's retry logic runs; 0 bytes allocate
+    nothing and give a null pointer, as CuPy's own allocators do.
     """
-    _nbrmm._cupy_init(
-        _cupy_memory,
-        _cupy_stream,
-        _cupy_backends_stream,
-        stream_by_device=stream_by_device,
-    )
 
+    __slots__ = ("_device", "_mr", "_stream")
 
-if _missing is None:
-    _set_paths()
+    _mr: _nbrmm.DeviceMemoryResource | None
+    _stream: Stream | None
+    _device: int
+
+    def __init__(
+        self,
+        mr: _nbrmm.DeviceMemoryResource | None = None,
+        stream: CudaStreamLike | None = None,
+    ) -> None:
+        if _missing is not None:
+            _missing.raise_for("nbrmm.allocators.cupy.CupyAllocator")
+        device = -1
+        if mr is not None:
+            if not isinstance(mr, _nbrmm.DeviceMemoryResource):
+                raise TypeError(
+                    f"mr: expected an nbrmm.mr.DeviceMemoryResource, got {_type_name(mr)}"
+                )
+            device = mr.device
+        fixed: Stream | None = None
+        if stream is not None:
+            if isinstance(stream, Stream):
+                fixed = stream
+            else:
+                try:
+                    fixed = Stream(stream)
+                except (TypeError, ValueError, NotImplementedError) as error:
+                    # Stream's own message names its parameter, ``obj``.
+                    message = str(error).removeprefix("obj: ")
+                    raise type(error)(f"stream: {message}") from None
+        self._mr = mr
+        self._stream = fixed
+        self._device = device  # the device ``mr`` serves; -1: any (or the current one)
+
+    def __call__(self, nbytes: int, /) -> Any:
+        """Allocate ``nbytes`` bytes for CuPy.
+
+        Parameters
+        ----------
+        nbytes : int
+            The size in bytes.
+
+        Returns
+        -------
+        cupy.cuda.MemoryPointer
+            A pointer to the start of a :data:`Memory` that owns the allocation.
+
+        Raises
+        ------
+        cupy.cuda.memory.OutOfMemoryError
+            If the resource cannot allocate (``__cause__`` is its ``MemoryError``).
+        TypeError, ValueError
+            If ``nbytes`` is not a non-negative int below 2**64, or the bound resource
+            serves another device than CuPy's current one.
+        """
+        if type(nbytes) is not int or nbytes < 0 or nbytes >> 64:
+            nbytes = _nbytes_arg(nbytes)
+        device = _get_device_id()
+        if self._device >= 0 and device != self._device:
+            raise ValueError(
+                f"mr: the resource serves device {self._device}, but CuPy is allocating "
+                f"on device {device}"
+            )
+        stream: Any = self._stream
+        if stream is None:
+            stream = _get_current_stream(device)
+            if stream is _CUPY_NULL_STREAM:
+                stream = _DEFAULT_STREAM
+            elif stream is _CUPY_PER_THREAD_STREAM:
+                stream = _PER_THREAD_DEFAULT_STREAM
+            # Any other CuPy stream goes to the buffer as it is (through
+            # ``__cuda_stream__``): the buffer keeps it alive until the memory is freed.
+        try:
+            buf = _DeviceBuffer(size=nbytes, mr=self._mr, stream=stream)
+        except MemoryError as error:
+            if isinstance(error, _OutOfMemoryError):
+                raise
+            raise _OutOfMemoryError(nbytes, -1) from error
+        return _MemoryPointer(_UnownedMemory(buf.ptr, nbytes, buf, device), 0)
+
+    @property
+    def mr(self) -> _nbrmm.DeviceMemoryResource | None:
+        """The bound resource, or None: the current device resource at each allocation."""
+        return self._mr
+
+    @property
+    def stream(self) -> Stream | None:
+        """The fixed stream (an nbrmm.Stream), or None: CuPy's current stream at each
+        allocation."""
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"<nbrmm.allocators.cupy.CupyAllocator mr={self._mr!r} stream={self._stream!r}>"
 
 
 def cupy_allocator(
     mr: _nbrmm.DeviceMemoryResource | None = None, stream: CudaStreamLike | None = None
-) -> Callable[[int], Any]:
+) -> CupyAllocator:
     """Make a CuPy allocator that allocates from ``mr``.
 
     Parameters
@@ -84,7 +225,7 @@ def cupy_allocator(
     CupyAllocator
         ``allocator(nbytes) -> cupy.cuda.MemoryPointer``, for ``cupy.cuda.set_allocator``
         or ``cupy.cuda.using_allocator``. It keeps ``mr`` and ``stream`` alive, and every
-        allocation keeps its resource alive until CuPy frees it.
+        allocation keeps its resource (and stream) alive until CuPy frees it.
 
     Raises
     ------
@@ -95,29 +236,27 @@ def cupy_allocator(
     """
     if _missing is not None:
         _missing.raise_for("nbrmm.allocators.cupy.cupy_allocator")
-    return _nbrmm._cupy_allocator(mr, stream)
+    return CupyAllocator(mr, stream)
 
 
 rmm_cupy_allocator: Callable[[int], Any]
-CupyAllocator: type | None
 Memory: type | None
 if _missing is None:
     #: The rmm-compatible hook: ``rmm_cupy_allocator(nbytes)`` allocates from the current
     #: device resource on CuPy's current stream.
-    rmm_cupy_allocator = cupy_allocator()
+    rmm_cupy_allocator = CupyAllocator()
 
-    #: The class of the allocators made by :func:`cupy_allocator`.
-    CupyAllocator = type(rmm_cupy_allocator)
-
-    #: The class of the memory objects behind the MemoryPointers the allocators return.
-    Memory = _nbrmm._cupy_memory_type()
+    #: The class of the memory objects behind the MemoryPointers the allocators return:
+    #: CuPy's ``cupy.cuda.UnownedMemory``, whose owner (``_owner``) is the
+    #: :class:`nbrmm.DeviceBuffer` that holds the allocation.
+    Memory = _UnownedMemory
 else:
     rmm_cupy_allocator = _missing.function(
         "nbrmm.allocators.cupy.rmm_cupy_allocator",
         "The rmm-compatible CuPy hook (CuPy is not available: calling it raises "
         "ModuleNotFoundError).",
     )
-    CupyAllocator = Memory = None
+    Memory = None
 
 
 def _uninstall_at_exit() -> None:
@@ -131,12 +270,17 @@ def _uninstall_at_exit() -> None:
     if _missing is not None:
         return
     try:
-        if CupyAllocator is not None and isinstance(_cupy_memory.get_allocator(), CupyAllocator):
+        if isinstance(_cupy_memory.get_allocator(), CupyAllocator):
             _cupy_memory.set_allocator(None)
     except Exception:  # noqa: BLE001 - e.g. inside using_allocator: nothing to undo there
         pass
 
 
 atexit.register(_uninstall_at_exit)
+
+#: This module. Its namespace refers to it, so that the interpreter clears the namespace at
+#: exit (letting go of the Streams in it) also where something of it outlives the module,
+#: such as an allocator that CuPy keeps.
+_this_module = __import__("sys").modules[__name__]
 
 __all__ = ["CupyAllocator", "Memory", "cupy_allocator", "rmm_cupy_allocator"]
