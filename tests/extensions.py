@@ -1,12 +1,13 @@
-"""The C++ extensions of the test suite, built on first use and never installed.
+"""The extensions of the test suite, built on first use and never installed.
 
-``cpp_ext`` and ``nbrmm_testing`` (sources in ``tests/ext``) are what a third-party
-extension is: they use librmm directly and reach nbrmm only through its public header
-(``nbrmm.get_include()``). They are built with CMake against the installed nbrmm, once per
+``cpp_ext`` and ``nbrmm_testing`` (C++) and ``cython_ext`` (Cython; sources in
+``tests/ext``) are what a third-party extension is: they use librmm directly and reach
+nbrmm only through its public header and Cython declarations (``nbrmm.get_include()``).
+They are built with CMake against the installed nbrmm, once per
 source version, Python and nbrmm build, into ``build/test-extensions/<key>`` beside the
 sources (or ``$NBRMM_TEST_EXT_DIR``); concurrent test processes (pytest-xdist) share one
-build. Building needs the packages of the ``test`` extra (CMake, Ninja, nanobind, the
-CUDA runtime headers) and a C++20 compiler.
+build. Building needs the packages of the ``test`` extra (CMake, Ninja, nanobind, Cython,
+the CUDA runtime headers) and a C++20 compiler; without Cython, ``cython_ext`` is not built.
 """
 
 import fcntl
@@ -21,15 +22,21 @@ import sysconfig
 import nbrmm
 
 SOURCE = pathlib.Path(__file__).resolve().parent / "ext"
-NAMES = ("cpp_ext", "nbrmm_testing")
+NAMES = ("cpp_ext", "nbrmm_testing", "cython_ext")
+
+
+def _have_cython():
+    return importlib.util.find_spec("Cython") is not None
 
 
 def _key():
     digest = hashlib.sha256()
     for path in sorted(SOURCE.iterdir()):
         digest.update(path.name.encode() + path.read_bytes())
-    header = pathlib.Path(nbrmm.get_include(), "nbrmm", "nbrmm.hpp")
-    digest.update(header.read_bytes())
+    for name in ("nbrmm.hpp", "nbrmm.pxd", "librmm.pxd"):
+        path = pathlib.Path(nbrmm.get_include(), "nbrmm", name)
+        digest.update(name.encode() + (path.read_bytes() if path.exists() else b""))
+    digest.update(b"cython" if _have_cython() else b"")
     digest.update(sys.executable.encode() + sys.version.encode())
     digest.update(os.path.realpath(nbrmm._nbrmm.__file__).encode())
     return digest.hexdigest()[:16]
@@ -77,6 +84,7 @@ def _build(out):
                         f"-DPython_EXECUTABLE={sys.executable}",
                         f"-DCMAKE_PREFIX_PATH={_prefix_path()}",
                         f"-DNBRMM_INCLUDE_DIR={nbrmm.get_include()}",
+                        f"-DNBRMM_CYTHON={'ON' if _have_cython() else 'OFF'}",
                         f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out}"], **run)
         subprocess.run([_tool("cmake"), "--build", str(build)], **run)
     except subprocess.CalledProcessError as e:
@@ -101,6 +109,8 @@ def load(name):
         raise ValueError(f"name: one of {NAMES}")
     if name in sys.modules:
         return sys.modules[name]
+    if name == "cython_ext" and not _have_cython():
+        raise ModuleNotFoundError("cython_ext needs Cython (the test extra)", name="Cython")
     out = _built()
     (path,) = out.glob(f"{name}.*so")
     spec = importlib.util.spec_from_file_location(name, path)
@@ -111,9 +121,10 @@ def load(name):
 
 
 def __getattr__(name):
-    """``extensions.testing`` and ``extensions.cpp_ext``: the loaded extensions."""
+    """``extensions.testing``, ``extensions.cpp_ext`` and ``extensions.cython_ext``: the
+    loaded extensions."""
     if name == "testing":
         return load("nbrmm_testing")
-    if name == "cpp_ext":
-        return load("cpp_ext")
+    if name in ("cpp_ext", "cython_ext"):
+        return load(name)
     raise AttributeError(name)

@@ -48,6 +48,8 @@ REQUIRED = [
     r"nbrmm/_nbrmm\.pyi",  # its stub
     r"nbrmm/py\.typed",
     r"nbrmm/include/nbrmm/nbrmm\.hpp",  # the public C++ header
+    r"nbrmm/include/nbrmm/nbrmm\.pxd",  # its Cython declarations
+    r"nbrmm/include/nbrmm/librmm\.pxd",  # the librmm types they use
     r"nbrmm/mr/__init__\.py",
     r"nbrmm/mr/experimental\.py",
     r"nbrmm/statistics\.py",
@@ -80,9 +82,10 @@ def test_shipped_header_stub_and_license_are_the_sources():
         pytest.skip("compares a wheel file (NBRMM_WHEEL) with the source tree")
     with zipfile.ZipFile(os.environ["NBRMM_WHEEL"]) as whl:
         names = whl.namelist()
-        assert whl.read("nbrmm/include/nbrmm/nbrmm.hpp") == (
-            ROOT / "include/nbrmm/nbrmm.hpp"
-        ).read_bytes()
+        for name in ("nbrmm.hpp", "nbrmm.pxd", "librmm.pxd"):
+            assert whl.read(f"nbrmm/include/nbrmm/{name}") == (
+                ROOT / "include/nbrmm" / name
+            ).read_bytes()
         assert whl.read("nbrmm/_nbrmm.pyi") == (ROOT / "python/nbrmm/_nbrmm.pyi").read_bytes()
         assert whl.read("nbrmm-compat.pth") == (ROOT / "python/nbrmm-compat.pth").read_bytes()
         (license_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
@@ -91,7 +94,7 @@ def test_shipped_header_stub_and_license_are_the_sources():
 
 def test_wheel_has_nothing_test_only():
     files = wheel_files()
-    test_only = [f for f in files if re.search(r"(^|/)(_testing|tests?)/|cpp_ext", f)]
+    test_only = [f for f in files if re.search(r"(^|/)(_testing|tests?)/|cpp_ext|cython_", f)]
     assert test_only == []
 
 
@@ -122,8 +125,9 @@ def sdist(tmp_path_factory):
 
 def test_sdist_has_what_a_build_needs(sdist):
     for required in ["pyproject.toml", "CMakeLists.txt", "README.md", "LICENSE",
-                     "include/nbrmm/nbrmm.hpp", "python/nbrmm/__init__.py",
-                     "python/nbrmm/_nbrmm.pyi", "python/nbrmm-compat.pth", "src/nb_rmm.cpp",
+                     "include/nbrmm/nbrmm.hpp", "include/nbrmm/nbrmm.pxd",
+                     "include/nbrmm/librmm.pxd", "python/nbrmm/__init__.py",
+                     "python/nbrmm/_nbrmm.pyi", "python/nbrmm-compat.pth", "src/module.cpp",
                      "PKG-INFO"]:
         assert required in sdist, f"the sdist lacks {required}"
 
