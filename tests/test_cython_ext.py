@@ -95,6 +95,21 @@ def test_the_buffer_is_on_the_stream_passed():
     assert default.stream == nbrmm.DEFAULT_STREAM
 
 
+def test_the_buffer_keeps_the_stream_object_passed_alive():
+    # As rmm's c_from_unique_ptr(ptr, stream) does: a stream the caller made and dropped
+    # must not be destroyed while the buffer is still ordered on it.
+    heap = HostHeap()
+    stream = ForeignStream(0x1234)
+    ref = weakref.ref(stream)
+    buf = cython_ext.full(8, 0, heap.resource(), stream)
+    del stream
+    gc.collect()
+    assert ref() is not None and buf.stream.owner is ref()
+    del buf
+    gc.collect()
+    assert ref() is None and heap.bytes_in_use == 0
+
+
 def test_cpp_reads_a_buffers_pointer_size_and_stream():
     heap = HostHeap()
     buf = nbrmm.Buffer(4, mr=heap.resource())
@@ -171,7 +186,7 @@ def test_cython_allocates_device_memory_on_a_stream():
         nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(), initial_pool_size="4MiB")
     )
     buf = cython_ext.full(1 << 20, 5, mr, stream)
-    assert buf.mr is mr and buf.stream.handle == stream.handle
+    assert buf.mr is mr and buf.stream is stream
     assert mr.allocation_counts.current_bytes == 1 << 20
     assert cython_ext.total(buf) == 5 << 20  # read back in C++ through the buffer's stream
     assert buf.tobytes() == bytes([5]) * (1 << 20)

@@ -12,10 +12,14 @@
 //      device resource, read from librmm's per-device map.
 //
 //   2. C++ rmm::device_buffer -> Python:
-//        PyObject* buf = nbrmm::buffer_to_python(std::move(device_buffer));  // new reference
-//      Returns an nbrmm.Buffer that adopts the memory without copying. Its `mr` attribute is
-//      the resource that will free it (the very Python object when the buffer was allocated
-//      from a resource set or created in Python, otherwise an nbrmm object for the C++ one).
+//        PyObject* buf = nbrmm::buffer_to_python(std::move(device_buffer), py_stream);
+//      Returns an nbrmm.Buffer that adopts the memory without copying (new reference). Its
+//      `mr` attribute is the resource that will free it (the very Python object when the
+//      buffer was allocated from a resource set or created in Python, otherwise an nbrmm
+//      object for the C++ one). Its `stream` is `py_stream`, the Python stream object the
+//      buffer's stream came from, which the buffer keeps alive (it must have the buffer's
+//      stream handle); without one (nullptr or None) the buffer only borrows its stream,
+//      which must then outlive it.
 //
 //   3. C++ resource -> Python:
 //        PyObject* obj = nbrmm::resource_to_python(std::move(res), /*host_accessible=*/false);
@@ -200,7 +204,7 @@ inline PyObject* resource_to_python(device_resource res, bool host_accessible = 
 
 /// Hands `buf` to Python as an nbrmm.Buffer (new reference), without copying the memory.
 /// Returns nullptr with a Python exception set on failure (the memory is then freed).
-inline PyObject* buffer_to_python(rmm::device_buffer&& buf)
+inline PyObject* buffer_to_python(rmm::device_buffer&& buf, PyObject* stream = nullptr)
 {
   auto* owned = new rmm::device_buffer(std::move(buf));
   PyObject* cap = PyCapsule_New(owned, NBRMM_BUFFER_CAPSULE, &detail::delete_buffer_capsule);
@@ -219,7 +223,8 @@ inline PyObject* buffer_to_python(rmm::device_buffer&& buf)
     Py_DECREF(cap);
     return nullptr;
   }
-  PyObject* result = PyObject_CallMethod(cls, "_from_capsule", "O", cap);
+  PyObject* result = PyObject_CallMethod(cls, "_from_capsule", "OO", cap,
+                                         stream != nullptr ? stream : Py_None);
   Py_DECREF(cls);
   Py_DECREF(cap);
   return result;
@@ -228,13 +233,14 @@ inline PyObject* buffer_to_python(rmm::device_buffer&& buf)
 /// Hands the buffer owned by `buf` to Python as an nbrmm.Buffer (new reference), as the
 /// overload above. A null `buf` raises ValueError. Returns nullptr with a Python exception set
 /// on failure (the memory is then freed).
-inline PyObject* buffer_to_python(std::unique_ptr<rmm::device_buffer> buf)
+inline PyObject* buffer_to_python(std::unique_ptr<rmm::device_buffer> buf,
+                                  PyObject* stream = nullptr)
 {
   if (!buf) {
     PyErr_SetString(PyExc_ValueError, "buf: the unique_ptr<rmm::device_buffer> is null");
     return nullptr;
   }
-  return buffer_to_python(std::move(*buf));
+  return buffer_to_python(std::move(*buf), stream);
 }
 
 namespace detail {

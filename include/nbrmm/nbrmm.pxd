@@ -26,10 +26,14 @@ cdef extern from "nbrmm/nbrmm.hpp" namespace "nbrmm":
 
     # 2. C++ device_buffer -> Python: an nbrmm.Buffer that adopts the memory without
     # copying. Its `mr` is the resource that frees it (the very Python object when it came
-    # from Python) and its `stream` a Stream of the buffer's stream. Pass the buffer with
-    # libcpp.utility.move. nbrmm's own errors for the buffer name `buf`.
+    # from Python). Its `stream` is `stream`, the Python stream object the buffer's stream
+    # came from, which the buffer then keeps alive (its handle must be the buffer's);
+    # without one the buffer only borrows its stream, which must outlive it. Pass the
+    # buffer with libcpp.utility.move. nbrmm's own errors for the buffer name `buf`.
     object buffer_to_python(unique_ptr[device_buffer] buf)
+    object buffer_to_python(unique_ptr[device_buffer] buf, object stream)
     object buffer_to_python(device_buffer buf)  # an rvalue: buffer_to_python(move(buf))
+    object buffer_to_python(device_buffer buf, object stream)
 
     # 3. C++ resource -> Python: the nbrmm resource object for `res` (the very object when
     # `res` came from Python).

@@ -1203,9 +1203,9 @@ class Buffer:
     def __repr__(self) -> str: ...
 
     @staticmethod
-    def _from_capsule(capsule: CapsuleType) -> Buffer:
+    def _from_capsule(capsule: CapsuleType, stream: nbrmm._typing.CudaStreamLike | None = None) -> Buffer:
         """
-        Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).
+        Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``); ``stream``, when given, is the object the buffer keeps as its stream (its handle must be the buffer's).
         """
 
 class DeviceBuffer(Buffer):

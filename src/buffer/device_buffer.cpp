@@ -949,17 +949,33 @@ BufferError
 
   cls.def_static(
     "_from_capsule",
-    [](nb::capsule capsule) {
+    [](nb::capsule capsule, nb::handle stream_obj) {
       auto* owned =
         static_cast<rmm::device_buffer*>(PyCapsule_GetPointer(capsule.ptr(), NBRMM_BUFFER_CAPSULE));
       if (owned == nullptr) { throw nb::python_error(); }
       if (PyCapsule_GetContext(capsule.ptr()) != nullptr) {
         throw nb::value_error("this rmm::device_buffer was already handed to Python");
       }
+      // The stream object the caller names keeps the buffer's stream alive (a Stream the
+      // caller made, say); without one, the buffer's stream is borrowed by handle.
+      nb::object stream;
+      if (stream_obj.is_none()) {
+        stream = stream_for_handle(owned->stream().get());
+      } else {
+        stream = stream_object(stream_obj, "stream");
+        auto const given = nb::inst_ptr<Stream>(stream)->ref().get();
+        if (given != owned->stream().get()) {
+          throw nb::value_error(
+            ("stream: its handle (" +
+             std::to_string(reinterpret_cast<std::uintptr_t>(given)) +
+             ") is not the stream of the rmm::device_buffer (" +
+             std::to_string(reinterpret_cast<std::uintptr_t>(owned->stream().get())) + ")")
+              .c_str());
+        }
+      }
       // The buffer owns its resource; its `mr` is the Python object for that resource.
       int const device = current_device();
       nb::object mr     = wrap_resource(device_resource{owned->memory_resource()}, device);
-      nb::object stream = stream_for_handle(owned->stream().get());
       nb::object out = new_buffer(nb::handle{reinterpret_cast<PyObject*>(buffer_type)},
                                   [&](Buffer* self) {
                                     new (self) Buffer{};
@@ -972,9 +988,12 @@ BufferError
       PyCapsule_SetContext(capsule.ptr(), capsule.ptr());  // adopted: the capsule is empty now
       return out;
     },
-    nb::arg("capsule"),
-    nb::sig("def _from_capsule(capsule: typing_extensions.CapsuleType) -> Buffer"),
-    "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``).");
+    nb::arg("capsule"), nb::arg("stream").none() = nb::none(),
+    nb::sig("def _from_capsule(capsule: typing_extensions.CapsuleType, "
+            "stream: nbrmm._typing.CudaStreamLike | None = None) -> Buffer"),
+    "Adopt an ``rmm::device_buffer`` handed over by C++ (see ``<nbrmm/nbrmm.hpp>``); "
+    "``stream``, when given, is the object the buffer keeps as its stream (its handle must "
+    "be the buffer's).");
 
   nb::class_<DeviceBuffer, Buffer>(m, "DeviceBuffer", nb::type_slots(buffer_slots),
                                    nb::is_weak_referenceable(), R"doc(

@@ -44,7 +44,7 @@ def full(size_t nbytes, uint8_t value, mr=None, stream=None):
     stream_from_python(stream, &c_stream)
     with nogil:
         c_buf = filled(nbytes, value, stream_ref(c_stream), device_async_resource_ref(c_mr))
-    return buffer_to_python(move(c_buf))
+    return buffer_to_python(move(c_buf), stream)
 
 
 def full_from_current(size_t nbytes, uint8_t value, stream=None):
@@ -54,7 +54,7 @@ def full_from_current(size_t nbytes, uint8_t value, stream=None):
     stream_from_python(stream, &c_stream, "stream")
     with nogil:
         c_buf = filled_from_current(nbytes, value, stream_ref(c_stream))
-    return buffer_to_python(move(c_buf))
+    return buffer_to_python(move(c_buf), stream)
 
 
 def total(buf):
