@@ -5,13 +5,28 @@ Build (warnings are errors, as in CI):
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 The API reference is generated from the docstrings of the installed (or importable)
-``nbrmm``; the examples of the pages run as tests (``tests/test_docs_examples.py``).
+``nbrmm``: the module pages (``docs/api/*.md``) list the public names, and autosummary
+writes one page per class and function into ``docs/api/generated/`` (a build output, from
+the templates of ``docs/_templates/autosummary/``). The examples of the pages run as tests
+(``tests/test_docs_examples.py``); ``tests/test_docs_site.py`` checks the built site.
+
+Links to other projects' documentation (intersphinx: Python, NumPy, CuPy, cuda.core) need
+their inventories, which are downloaded at build time. ``NBRMM_DOCS_OFFLINE`` decides:
+
+- unset: each site is asked first (a few seconds at most), and the ones that cannot be
+  reached are left out, so that a build without network still passes with ``-W`` (the
+  names of those projects are then shown as plain text);
+- ``1``: no inventory is downloaded (a build that must not touch the network);
+- ``0``: every inventory is required: a site that cannot be reached fails the build.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
+import os
 import re
+import urllib.request
 from typing import Any
 
 import nbrmm
@@ -28,10 +43,15 @@ extensions = [
     "numpydoc",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",
+    "sphinx_copybutton",
 ]
 
-source_suffix = {".md": "markdown"}
+# The pages are markdown; autosummary's generated pages are reStructuredText (it writes
+# them with the first suffix).
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+templates_path = ["_templates"]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -42,8 +62,57 @@ html_title = f"nbrmm {release}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "header_links_before_dropdown": 6,
 }
-html_static_path: list[str] = []
+# The left column shows the whole site on every page (the theme's default shows only the
+# pages under the current top-level page, none for a guide page).
+html_sidebars = {"**": ["sidebar-nav-all"]}
+html_static_path = ["_static"]
+html_css_files = ["nbrmm.css"]
+
+# The copy button copies a console example without its prompts and without its output
+# (``>>>``/``...`` of Python, ``$`` of a shell); a block without prompts is copied whole.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
+copybutton_remove_prompts = True
+
+# -- Links to other projects ----------------------------------------------------------
+
+_INVENTORIES = {
+    "python": ("https://docs.python.org/3", None),
+    "numpy": ("https://numpy.org/doc/stable", None),
+    "cupy": ("https://docs.cupy.dev/en/stable", None),
+    "cuda.core": ("https://nvidia.github.io/cuda-python/cuda-core/latest", None),
+}
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/objects.inv", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _intersphinx_mapping() -> dict[str, tuple[str, None]]:
+    offline = os.environ.get("NBRMM_DOCS_OFFLINE", "")
+    if offline not in ("", "0", "1"):
+        raise ValueError(f"NBRMM_DOCS_OFFLINE must be unset, 0 or 1, not {offline!r}")
+    if offline == "1":
+        return {}
+    if offline == "0":
+        return dict(_INVENTORIES)
+    with concurrent.futures.ThreadPoolExecutor(len(_INVENTORIES)) as pool:
+        up = dict(zip(_INVENTORIES, pool.map(_reachable, (u for u, _ in _INVENTORIES.values()))))
+    missing = sorted(name for name, ok in up.items() if not ok)
+    if missing:
+        print(f"nbrmm docs: no links to {', '.join(missing)} (inventory not reachable)")
+    return {name: target for name, target in _INVENTORIES.items() if up[name]}
+
+
+intersphinx_mapping = _intersphinx_mapping()
+intersphinx_timeout = 10
 
 # -- API reference ------------------------------------------------------------------
 
@@ -58,7 +127,13 @@ autodoc_typehints = "signature"
 # reads it from there (for classes, from ``__init__``'s docstring).
 autodoc_docstring_signature = True
 autoclass_content = "both"
-autosummary_generate = False
+# One page per public class and function, written into api/generated/ by autosummary (the
+# ``:toctree:`` lists of the module pages) from the templates in _templates/autosummary.
+autosummary_generate = True
+autosummary_generate_overwrite = True
+autosummary_imported_members = True
+# Type names in signatures link to their object and show its name without the module.
+python_use_unqualified_type_names = True
 
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
@@ -126,6 +201,14 @@ def _module_sections_as_rubrics(app, what, name, obj, options, lines):
         i += 1
 
 
+# Defaults that nanobind's signatures write as ``...`` (a C++ value), by parameter: what
+# they are in Python.
+_DEFAULTS = {
+    "stream": "DEFAULT_STREAM",
+    "flags": "CudaStreamFlags.SYNC_DEFAULT",
+}
+
+
 def _clean_signature(app, what, name, obj, options, signature, return_annotation):
     """Show nanobind signatures the way Python ones read."""
     if signature:
@@ -133,10 +216,44 @@ def _clean_signature(app, what, name, obj, options, signature, return_annotation
         signature = re.sub(r"^\(self(, )?", "(", signature)
         # A default stream argument shows as the object's repr.
         signature = signature.replace("<nbrmm.Stream handle=0x0>", "DEFAULT_STREAM")
+        # ``stream: CudaStreamLike = ...``: the real default.
+        signature = re.sub(
+            r"\b(?P<param>\w+)(?P<annotation>: [^=,()]+)? = \.\.\.(?=[,)])",
+            lambda m: (
+                f"{m['param']}{m['annotation'] or ''} = {_DEFAULTS[m['param']]}"
+                if m["param"] in _DEFAULTS
+                else m[0]
+            ),
+            signature,
+        )
     return signature, return_annotation
+
+
+def _resolve_short_names(app, env, node, contnode):
+    """Link a type named without its module (``DeviceMemoryResource`` in a signature of
+    ``nbrmm.Buffer``) to the one documented object of that name."""
+    if node.get("refdomain") != "py" or node.get("reftype") not in ("class", "obj", "exc"):
+        return None
+    target = node["reftarget"]
+    domain = env.get_domain("py")
+    if "." in target:
+        return None
+    matches = [
+        name
+        for name, entry in domain.objects.items()
+        if entry.objtype in ("class", "exception", "data")
+        and not entry.aliased
+        and name.rsplit(".", 1)[-1] == target
+    ]
+    if len(matches) != 1:
+        return None
+    node = node.deepcopy()
+    node["reftarget"] = matches[0]
+    return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], matches[0], node, contnode)
 
 
 def setup(app):
     app.connect("autodoc-process-docstring", _drop_signature_lines)
     app.connect("autodoc-process-docstring", _module_sections_as_rubrics)
     app.connect("autodoc-process-signature", _clean_signature)
+    app.connect("missing-reference", _resolve_short_names)
