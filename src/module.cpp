@@ -57,7 +57,7 @@ NB_MODULE(_nbrmm, m)
 extern "C" NB_EXPORT PyObject* PyInit__nbrmm(void);
 extern "C" PyObject* PyInit__nbrmm(void)
 {
-  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+  if (PyInterpreterState_GetID(PyInterpreterState_Get()) != 0) {  // 0: the main interpreter
     PyErr_SetString(PyExc_ImportError,
                     "nbrmm can only be imported in the main interpreter, not in a subinterpreter");
     return nullptr;

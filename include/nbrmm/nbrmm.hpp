@@ -115,7 +115,7 @@ inline std::string fetch_error()
   std::string text = "unknown error";
   if (value != nullptr) {
     if (PyObject* s = PyObject_Str(value)) {
-      if (char const* c = PyUnicode_AsUTF8(s)) { text = c; }
+      if (char const* c = PyUnicode_AsUTF8AndSize(s, nullptr)) { text = c; }
       Py_DECREF(s);
     }
   }
@@ -255,6 +255,19 @@ inline PyObject* nbrmm_attr(char const* module, char const* name)
   return attr;
 }
 
+/// The name of obj's type (`type(obj).__name__`), for messages; "object" where it cannot
+/// be had. Leaves no Python error set.
+inline std::string type_name(PyObject* obj)
+{
+  std::string text = "object";
+  if (PyObject* name = PyType_GetName(Py_TYPE(obj))) {
+    if (char const* c = PyUnicode_AsUTF8AndSize(name, nullptr)) { text = c; }
+    Py_DECREF(name);
+  }
+  PyErr_Clear();
+  return text;
+}
+
 /// Replaces the current Python error by a TypeError "<param>: expected <what>, got <type>"
 /// when it is a TypeError or an AttributeError (what a wrong kind of object raises); keeps
 /// any other error. Returns -1.
@@ -262,7 +275,8 @@ inline int expected(PyObject* obj, char const* param, char const* what)
 {
   if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_AttributeError)) {
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", param, what, Py_TYPE(obj)->tp_name);
+    std::string const got = type_name(obj);
+    PyErr_Format(PyExc_TypeError, "%s: expected %s, got %s", param, what, got.c_str());
   }
   return -1;
 }
@@ -325,7 +339,7 @@ inline int stream_from_python(PyObject* obj, cudaStream_t* out, char const* para
     // The older spellings: nbrmm.Stream(obj) reads them (a view that keeps obj alive).
     PyObject* cls = detail::nbrmm_attr("nbrmm", "Stream");
     if (cls == nullptr) { return -1; }
-    PyObject* view = PyObject_CallOneArg(cls, obj);
+    PyObject* view = PyObject_CallFunctionObjArgs(cls, obj, nullptr);
     Py_DECREF(cls);
     if (view == nullptr) {
       return detail::expected(obj, param,
@@ -338,14 +352,14 @@ inline int stream_from_python(PyObject* obj, cudaStream_t* out, char const* para
   PyObject* proto = PyObject_CallNoArgs(method);
   Py_DECREF(method);
   if (proto == nullptr) { return -1; }
-  if (!PyTuple_Check(proto) || PyTuple_GET_SIZE(proto) != 2 ||
-      !PyLong_Check(PyTuple_GET_ITEM(proto, 0)) || !PyLong_Check(PyTuple_GET_ITEM(proto, 1))) {
+  if (!PyTuple_Check(proto) || PyTuple_Size(proto) != 2 ||
+      !PyLong_Check(PyTuple_GetItem(proto, 0)) || !PyLong_Check(PyTuple_GetItem(proto, 1))) {
     Py_DECREF(proto);
     PyErr_Format(PyExc_TypeError, "%s: __cuda_stream__() must return a (version, handle) tuple",
                  param);
     return -1;
   }
-  long const version = PyLong_AsLong(PyTuple_GET_ITEM(proto, 0));
+  long const version = PyLong_AsLong(PyTuple_GetItem(proto, 0));
   if (version != 0) {
     Py_DECREF(proto);
     if (version == -1 && PyErr_Occurred()) { return -1; }
@@ -355,7 +369,7 @@ inline int stream_from_python(PyObject* obj, cudaStream_t* out, char const* para
                  param, version);
     return -1;
   }
-  void* handle = PyLong_AsVoidPtr(PyTuple_GET_ITEM(proto, 1));
+  void* handle = PyLong_AsVoidPtr(PyTuple_GetItem(proto, 1));
   Py_DECREF(proto);
   if (handle == nullptr && PyErr_Occurred()) { return -1; }
   *out = static_cast<cudaStream_t>(handle);
@@ -382,8 +396,8 @@ inline int buffer_from_python(PyObject* obj, buffer_view* out, char const* param
   Py_DECREF(cls);
   if (is_buffer < 0) { return -1; }
   if (is_buffer == 0) {
-    PyErr_Format(PyExc_TypeError, "%s: expected an nbrmm.Buffer, got %s", param,
-                 Py_TYPE(obj)->tp_name);
+    std::string const got = detail::type_name(obj);
+    PyErr_Format(PyExc_TypeError, "%s: expected an nbrmm.Buffer, got %s", param, got.c_str());
     return -1;
   }
   PyObject* closed = PyObject_GetAttrString(obj, "closed");

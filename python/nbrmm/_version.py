@@ -1,5 +1,7 @@
 import importlib.resources as _resources
 
+# The one place the version is written: the package metadata reads it from this line
+# (pyproject.toml, [tool.scikit-build.metadata.version]).
 __version__ = "0.1.0"
 
 

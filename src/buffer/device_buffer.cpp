@@ -467,7 +467,7 @@ nb::bytes to_bytes(Buffer& self, nb::handle stream)
   auto& b        = reader.memory();
   nb::object out = nb::steal(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(b.size())));
   if (!out.is_valid()) { throw nb::python_error(); }
-  copy_bytes(PyBytes_AS_STRING(out.ptr()), b.data(), b.size(), s);
+  copy_bytes(PyBytes_AsString(out.ptr()), b.data(), b.size(), s);
   if (!is_legacy_default(s.get())) {
     gil_release release;
     auto const status = cudaStreamSynchronize(s.get());

@@ -172,7 +172,8 @@ void throw_python_error()
   if (oom) {
     what = nb::type_name(nb::handle{type}).c_str();
     if (nb::object text = nb::steal(PyObject_Str(value)); text.is_valid()) {
-      if (char const* c = PyUnicode_AsUTF8(text.ptr()); c != nullptr && *c != '\0') {
+      char const* c = PyUnicode_AsUTF8AndSize(text.ptr(), nullptr);
+      if (c != nullptr && *c != '\0') {
         what += std::string{": "} + c;
       }
     }

@@ -10,12 +10,23 @@
 #include <pythread.h>
 #endif
 
+#if defined(Py_LIMITED_API)
+// Exported by every CPython that runs the stable-ABI build, under one of these names
+// (3.13 made it public): weak, so that the one the running Python lacks is null.
+extern "C" {
+[[gnu::weak]] int Py_IsFinalizing(void);   // 3.13+
+[[gnu::weak]] int _Py_IsFinalizing(void);  // 3.12
+}
+#endif
+
 namespace nbrmm::exit_guard {
 namespace {
 
 bool finalizing() noexcept
 {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API)
+  return (Py_IsFinalizing != nullptr ? Py_IsFinalizing() : _Py_IsFinalizing()) != 0;
+#elif PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing() != 0;
 #else
   return _Py_IsFinalizing() != 0;

@@ -5,12 +5,35 @@
 
 #include "core/exit.hpp"
 
+#if defined(Py_LIMITED_API)
+// Exported by every CPython that runs the stable-ABI build, each under one of these names
+// (3.13 made it public): weak, so that the one the running Python lacks is null.
+extern "C" {
+[[gnu::weak]] PyThreadState* PyThreadState_GetUnchecked(void);  // 3.13+
+[[gnu::weak]] PyThreadState* _PyThreadState_UncheckedGet(void);  // 3.12
+}
+#endif
+
 namespace nbrmm {
+
+#if defined(Py_LIMITED_API)
+namespace limited_api {
+/// This thread's attached thread state, or null (never a fatal error).
+inline PyThreadState* current_thread_state() noexcept
+{
+  return PyThreadState_GetUnchecked != nullptr ? PyThreadState_GetUnchecked()
+                                               : _PyThreadState_UncheckedGet();
+}
+}  // namespace limited_api
+#endif
 
 /// Whether this thread holds the GIL (has an attached thread state).
 inline bool holds_gil() noexcept
 {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API)
+  // The stable ABI has no such query; the running Python exports one under its own name.
+  return limited_api::current_thread_state() != nullptr;
+#elif PY_VERSION_HEX >= 0x030D0000
   return PyThreadState_GetUnchecked() != nullptr;
 #elif PY_VERSION_HEX >= 0x030C0000
   return _PyThreadState_UncheckedGet() != nullptr;  // this thread's
