@@ -3,7 +3,7 @@
 Run it with a Python that has rmm (no GPU needed), e.g.::
 
     python -m venv .venv-extra
-    .venv-extra/bin/python -m pip install rmm-cu13==26.10.0   # or ".[rmm-reference]"
+    .venv-extra/bin/python -m pip install rmm-cu13==26.10.0   # or: pip install --group rmm-reference
     .venv-extra/bin/python scripts/gen_rmm_api.py -o tests/data/rmm-26.10-api.json
 
 What counts as public:
