@@ -1321,6 +1321,18 @@ def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: nbrmm._typing
         If CUDA fails (e.g. no GPU).
     """
 
+def _lend_memory(nbytes: int, mr: DeviceMemoryResource | None, stream: nbrmm._typing.CudaStreamLike) -> tuple[int, CapsuleType]:
+    """
+    Allocate ``nbytes`` bytes from ``mr`` (None: the current device resource) on
+    ``stream``, for a library that takes an opaque owner of the memory.
+
+    Returns
+    -------
+    tuple[int, PyCapsule]
+        The pointer (0 for 0 bytes) and its owner, which gives the memory back to the
+        resource that allocated it, on ``stream``, when it dies.
+    """
+
 def _torch_bind(mr: DeviceMemoryResource | dict[int, DeviceMemoryResource] | None) -> int:
     """
     The slot whose ``nbrmm_torch_alloc_<slot>`` function allocates from ``mr`` (and

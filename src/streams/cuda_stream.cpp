@@ -53,16 +53,18 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
                              ": the interpreter is shutting down: streams of other "
                              "libraries are no longer read");
   }
-  if (nb::hasattr(obj, "__cuda_stream__")) {
-    nb::object proto = obj.attr("__cuda_stream__")();
-    if (!nb::isinstance<nb::tuple>(proto) || nb::len(proto) != 2) {
+  if (nb::object method = nb::getattr(obj, "__cuda_stream__", nb::handle{}); method.is_valid()) {
+    nb::object proto = method();
+    if (!PyTuple_Check(proto.ptr()) || PyTuple_Size(proto.ptr()) != 2) {
       throw nb::type_error((std::string{param} +
                             ": __cuda_stream__() must return a (version, handle) tuple")
                              .c_str());
     }
-    if (!proto[0].equal(nb::int_(0))) {
+    nb::handle const version{PyTuple_GetItem(proto.ptr(), 0)};
+    if (!PyLong_CheckExact(version.ptr()) || PyLong_AsLong(version.ptr()) != 0) {
+      PyErr_Clear();  // (an overflowing version is just another version)
       std::string const text = std::string{param} + ": __cuda_stream__() returned version " +
-                               nb::repr(proto[0]).c_str() +
+                               nb::repr(version).c_str() +
                                " of the CUDA stream protocol; nbrmm supports version 0";
       if (constructing) {
         PyErr_SetString(PyExc_NotImplementedError, text.c_str());
@@ -70,7 +72,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
       }
       throw nb::type_error(text.c_str());
     }
-    out = handle_from_int(proto[1], param);
+    out = handle_from_int(nb::handle{PyTuple_GetItem(proto.ptr(), 1)}, param);
     return true;
   }
   // Older spellings: CuPy (.ptr), PyTorch (.cuda_stream), numba-cuda (.handle).

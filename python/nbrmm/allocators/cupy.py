@@ -9,11 +9,11 @@ Examples
 >>> with cupy.cuda.using_allocator(cupy_allocator(mr=arena)):
 ...     x = cupy.arange(10)                          # allocated from ``arena``
 
-Each allocation is one :class:`nbrmm.DeviceBuffer`, handed to CuPy as a
-``cupy.cuda.MemoryPointer`` to a ``cupy.cuda.UnownedMemory`` (:data:`Memory`) whose owner
-is that buffer. When CuPy drops the memory, the buffer goes with it: the memory returns to
-the resource that allocated it, on the stream it was allocated on, even if the current
-resource has changed since. A failed allocation raises
+Each allocation is handed to CuPy as a ``cupy.cuda.MemoryPointer`` to a
+``cupy.cuda.UnownedMemory`` (:data:`Memory`) whose owner holds the allocation. When CuPy
+drops the memory, the owner goes with it: the memory returns to the resource that
+allocated it, on the stream it was allocated on, even if the current resource has
+changed since. A failed allocation raises
 ``cupy.cuda.memory.OutOfMemoryError`` (chained to nbrmm's error).
 """
 
@@ -52,7 +52,7 @@ else:
     _CUPY_NULL_STREAM = _cupy.cuda.Stream.null
     _CUPY_PER_THREAD_STREAM = _cupy.cuda.Stream.ptds
 
-_DeviceBuffer = _nbrmm.DeviceBuffer
+_lend_memory = _nbrmm._lend_memory
 _DEFAULT_STREAM = _nbrmm.DEFAULT_STREAM
 _PER_THREAD_DEFAULT_STREAM = _nbrmm.PER_THREAD_DEFAULT_STREAM
 
@@ -103,8 +103,9 @@ class CupyAllocator:
 
     Notes
     -----
-    Each call allocates one :class:`nbrmm.DeviceBuffer` of ``nbytes`` bytes and returns a
-    ``cupy.cuda.MemoryPointer`` to a ``cupy.cuda.UnownedMemory`` that owns it. A
+    Each call allocates ``nbytes`` bytes and returns a ``cupy.cuda.MemoryPointer`` to a
+    ``cupy.cuda.UnownedMemory`` whose owner (an opaque object, not an nbrmm one: CuPy keeps
+    some memory until the process ends) gives the memory back when CuPy drops it. A
     ``MemoryError`` of the resource is raised as ``cupy.cuda.memory.OutOfMemoryError``
     whose ``__cause__`` is that error, so that CuPy's retry logic runs; 0 bytes allocate
     nothing and give a null pointer, as CuPy's own allocators do.
@@ -184,12 +185,12 @@ class CupyAllocator:
             # Any other CuPy stream goes to the buffer as it is (through
             # ``__cuda_stream__``): the buffer keeps it alive until the memory is freed.
         try:
-            buf = _DeviceBuffer(size=nbytes, mr=self._mr, stream=stream)
+            ptr, owner = _lend_memory(nbytes, self._mr, stream)
         except MemoryError as error:
             if isinstance(error, _OutOfMemoryError):
                 raise
             raise _OutOfMemoryError(nbytes, -1) from error
-        return _MemoryPointer(_UnownedMemory(buf.ptr, nbytes, buf, device), 0)
+        return _MemoryPointer(_UnownedMemory(ptr, nbytes, owner, device), 0)
 
     @property
     def mr(self) -> _nbrmm.DeviceMemoryResource | None:
@@ -247,8 +248,7 @@ if _missing is None:
     rmm_cupy_allocator = CupyAllocator()
 
     #: The class of the memory objects behind the MemoryPointers the allocators return:
-    #: CuPy's ``cupy.cuda.UnownedMemory``, whose owner (``_owner``) is the
-    #: :class:`nbrmm.DeviceBuffer` that holds the allocation.
+    #: CuPy's ``cupy.cuda.UnownedMemory``, whose owner (``_owner``) holds the allocation.
     Memory = _UnownedMemory
 else:
     rmm_cupy_allocator = _missing.function(

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import threading
+import operator
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex
 
 import cuda.core as cc
@@ -17,14 +16,10 @@ from nbrmm.interop._streams import CUDA_CORE_STREAM_TYPES, to_cuda_core_stream
 if TYPE_CHECKING:
     from nbrmm._typing import CudaStreamLike
 
-# nbrmm's raw allocation and free, which record each allocation with its resource (and
-# keep the resource alive) until it is freed: so a pointer goes back once, to the resource
-# that allocated it, whatever calls deallocate with it. Called as the base class's methods,
-# also for resources written in Python, whose own methods nbrmm then calls.
-# (Typed loosely: they take any stream-like object, the stub names nbrmm's Stream.)
-_raw_allocate: Callable[..., int] = nbrmm_mr.DeviceMemoryResource.allocate
-_raw_deallocate: Callable[..., None] = nbrmm_mr.DeviceMemoryResource.deallocate
 _from_handle = cc.Buffer.from_handle
+#: DeviceMemoryResource.allocate as nbrmm defines it (a resource written in Python
+#: overrides it, and takes nbrmm Streams).
+_NBRMM_ALLOCATE = nbrmm_mr.DeviceMemoryResource.allocate
 
 _MANAGED_TYPES = (nbrmm_mr.ManagedMemoryResource, nbrmm_mr.experimental.CudaAsyncManagedMemoryResource)
 #: How far the properties are looked for along ``upstream_mr`` (a Python resource may say
@@ -62,51 +57,6 @@ def _optional_bool(value: bool | None, param: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"{param}: expected a bool or None, got {type_name(value)}")
     return value
-
-
-class _Handover:
-    __slots__ = ("ptr", "given_back")
-
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-        self.given_back = False
-
-
-class _Handovers:
-    """The memory an adapter's ``allocate`` is handing to cuda.core's
-    ``Buffer.from_handle``, while that call runs.
-
-    ``from_handle`` may raise before a Buffer took the memory (allocate then gives it
-    back), or make the Buffer, drop it and raise (cuda.core gave the memory back through
-    ``deallocate``, which notes it here, so that allocate does not give it back again).
-    """
-
-    __slots__ = ("_lock", "open")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.open: list[_Handover] = []
-
-    def begin(self, ptr: int) -> _Handover:
-        handover = _Handover(ptr)
-        with self._lock:
-            self.open.append(handover)
-        return handover
-
-    def end(self, handover: _Handover) -> bool:
-        """Ends ``handover``: whether its memory was given back meanwhile."""
-        with self._lock:
-            self.open.remove(handover)
-        return handover.given_back
-
-    def give_back(self, ptr: int) -> _Handover | None:
-        """Notes that the memory at ``ptr`` was given back (the newest handover of it)."""
-        with self._lock:
-            for handover in reversed(self.open):
-                if handover.ptr == ptr and not handover.given_back:
-                    handover.given_back = True
-                    return handover
-        return None
 
 
 #: Every NbrmmMemoryResource, to detach from nbrmm at interpreter exit (see detach_all).
@@ -162,10 +112,11 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
 
     Notes
     -----
-    Each allocation is an allocation of ``mr.allocate`` as
-    ``nbrmm.mr.DeviceMemoryResource`` defines it: nbrmm records it with ``mr`` until
-    it is freed, so a pointer is freed once, to the resource that allocated it, whatever
-    ``deallocate`` is called with.
+    Each allocation is one call of ``mr.allocate`` and each free one of
+    ``mr.deallocate``. For nbrmm's own resources these record each allocation with ``mr``
+    until it is freed, so a pointer is freed once, to the resource that allocated it,
+    whatever ``deallocate`` is called with; a resource written in Python serves both
+    itself.
 
     ``stream`` may also be any object implementing ``__cuda_stream__`` (an
     ``nbrmm.Stream``, a CuPy or PyTorch stream); it is converted with
@@ -181,7 +132,8 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
         "is_device_accessible",
         "is_host_accessible",
         "is_managed",
-        "_handovers",
+        "_handing_over",
+        "_takes_nbrmm_streams",
         "__weakref__",
     )
     upstream_mr: nbrmm_mr.DeviceMemoryResource | None
@@ -189,7 +141,15 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
     is_device_accessible: bool
     is_host_accessible: bool
     is_managed: bool
-    _handovers: _Handovers
+    #: Memory ``allocate`` is handing to cuda.core's ``Buffer.from_handle`` while that call
+    #: runs: True, or False once cuda.core gave it back through ``deallocate`` (it made a
+    #: Buffer and dropped it), so that ``allocate`` does not give it back again when
+    #: ``from_handle`` raises. (A dict's single operations are atomic, with the GIL and in
+    #: free-threaded builds; one address is live in one allocation at a time.)
+    _handing_over: dict[int, bool]
+    #: ``mr`` is written in Python: its methods take ``nbrmm.Stream`` objects, as nbrmm
+    #: passes them (nbrmm's own methods read any stream object).
+    _takes_nbrmm_streams: bool
 
     def __init__(
         self,
@@ -235,7 +195,8 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             ("device_id", "is_device_accessible", "is_host_accessible", "is_managed"), values
         ):
             init(name, value)
-        init("_handovers", _Handovers())
+        init("_handing_over", {})
+        init("_takes_nbrmm_streams", type(mr).allocate is not _NBRMM_ALLOCATE)
         _adapters.add(self)
 
     def allocate(self, size: int, *, stream: CudaStreamLike) -> cc.Buffer:
@@ -265,7 +226,8 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
         RuntimeError
             If the interpreter is shutting down.
         """
-        size = check_size(size)  # a str, bool, float... is refused; NumPy's ints taken
+        if type(size) is not int or not 0 <= size < 1 << 64:
+            size = check_size(size)  # a str, bool, float... is refused; NumPy's ints taken
         if not isinstance(stream, CUDA_CORE_STREAM_TYPES):
             device = self.device_id
             stream = to_cuda_core_stream(stream, device=device if device >= 0 else None)
@@ -274,16 +236,21 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             raise RuntimeError(
                 "the interpreter is shutting down: nbrmm no longer allocates for cuda.core"
             )
-        ptr = _raw_allocate(mr, size, stream)
-        handovers = self._handovers
-        handover = handovers.begin(ptr)
+        if size == 0:
+            ptr = 0  # (as nbrmm's resources give 0 bytes: no memory, no call of the resource)
+        else:
+            ptr = mr.allocate(size, nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream)
+        if type(ptr) is not int:
+            ptr = _pointer_from(mr, ptr)
+        handing_over = self._handing_over
+        handing_over[ptr] = True
         try:
             buffer = _from_handle(ptr, size, self, stream=stream)
         except BaseException:
-            if not handovers.end(handover):
+            if handing_over.pop(ptr, False):
                 _give_back(mr, ptr, size, stream)  # memory cuda.core never took
             raise
-        handovers.end(handover)
+        del handing_over[ptr]
         return buffer
 
     def deallocate(self, ptr: int, size: int, *, stream: CudaStreamLike) -> None:
@@ -306,20 +273,28 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             If an argument is not of its kind, or ``ptr`` is not memory of this resource
             that is still allocated, or ``size`` is not its size (nothing is freed then).
         """
-        ptr = check_ptr(ptr)
-        size = check_size(size)
+        if type(ptr) is not int or not 0 <= ptr < 1 << 64:
+            ptr = check_ptr(ptr)
+        if type(size) is not int or not 0 <= size < 1 << 64:
+            size = check_size(size)
         if type(stream) is not cc.Stream:
             stream_handle(stream)  # a clear error naming the parameter
         mr = self.upstream_mr
         if mr is None:
             return  # detached at interpreter exit: nbrmm frees nothing more for cuda.core
-        handovers = self._handovers
-        noted = handovers.give_back(ptr) if handovers.open else None
+        if size == 0 and ptr == 0:
+            return  # what allocate(0) gave: nothing to free
+        handing_over = self._handing_over
+        noted = handing_over and ptr in handing_over
+        if noted:
+            handing_over[ptr] = False  # given back: allocate must not give it back again
         try:
-            _raw_deallocate(mr, ptr, size, stream)
+            mr.deallocate(
+                ptr, size, nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream
+            )
         except BaseException:
-            if noted is not None:
-                noted.given_back = False  # nothing was freed
+            if noted:
+                handing_over[ptr] = True  # nothing was freed
             raise
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
@@ -338,15 +313,28 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
         )
 
 
+def _pointer_from(mr: nbrmm_mr.DeviceMemoryResource, ptr: object) -> int:
+    """What a resource written in Python returned from ``allocate``, as an int."""
+    if not isinstance(ptr, bool):
+        try:
+            return operator.index(ptr)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(
+        f"{type(mr).__name__}.allocate() must return the pointer as an int, got "
+        f"{type_name(ptr)}"
+    )
+
+
 def _give_back(
     mr: nbrmm_mr.DeviceMemoryResource, ptr: int, size: int, stream: CudaStreamLike
 ) -> None:
     """Frees memory that no Buffer took, on ``stream`` or, where that stream is no
     longer readable, on the default stream (no work ever used the memory)."""
     try:
-        _raw_deallocate(mr, ptr, size, stream)
+        mr.deallocate(ptr, size, stream)
     except Exception:  # noqa: BLE001 - the caller's error is the one to report
         try:
-            _raw_deallocate(mr, ptr, size, nbrmm.DEFAULT_STREAM)
+            mr.deallocate(ptr, size, nbrmm.DEFAULT_STREAM)
         except Exception:  # noqa: BLE001 - freed after all, or lost with the first error
             pass
