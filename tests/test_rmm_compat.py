@@ -339,6 +339,18 @@ def test_difference_callback_exceptions():
     assert heap.bytes_in_use == 0
 
 
+def test_difference_cupy_memory_owner():
+    cupy = pytest.importorskip("cupy")
+    from nbrmm.allocators.cupy import Memory, cupy_allocator
+
+    pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), POOL_SIZE)
+    with cupy.cuda.using_allocator(cupy_allocator(mr=pool)):
+        x = cupy.zeros(100, dtype=cupy.uint8)
+    mem = x.data.mem
+    assert type(mem) is Memory is cupy.cuda.UnownedMemory and mem.size >= 100
+    assert not isinstance(mem._owner, (nbrmm.Buffer, mr.DeviceMemoryResource))
+
+
 def test_difference_cuda_array_interface():
     heap = HostHeap()
     buf = nbrmm.DeviceBuffer(size=16, mr=heap.resource())
