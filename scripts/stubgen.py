@@ -13,6 +13,7 @@ module-level names; ``object`` already declares both methods).
 """
 
 import argparse
+import os
 import pathlib
 import re
 import subprocess
@@ -59,10 +60,13 @@ def normalize(text: str) -> str:
 def generate(output: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = pathlib.Path(tmp) / "_nbrmm.pyi"
+        # NBRMM_STUBGEN: the package leaves the classes' module names as the extension's
+        # (nbrmm._public), which is where the stub declares them.
         subprocess.run(
             [sys.executable, "-m", "nanobind.stubgen", "-q", "--include-private",
              "-m", "nbrmm._nbrmm", "-o", str(raw)],
             check=True,
+            env={**os.environ, "NBRMM_STUBGEN": "1"},
         )
         output.write_text(normalize(raw.read_text()))
 

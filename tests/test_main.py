@@ -57,7 +57,7 @@ def test_report_lists_versions_and_devices():
     else:
         reason = main_module.no_gpu_reason(nbrmm._nbrmm.get_versions())
         assert reason in lines
-        assert "Current resource (no current device): <nbrmm._nbrmm.CudaMemoryResource" in out.stdout
+        assert "Current resource (no current device): <nbrmm.mr.CudaMemoryResource" in out.stdout
         assert main_module.WITHOUT_GPU in out.stdout
         assert "allocated and freed" not in out.stdout
 

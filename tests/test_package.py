@@ -150,3 +150,40 @@ def test_cuda_calls_raise_cleanly_without_gpu():
     with pytest.raises(ValueError, match="does not exist"):
         nbrmm.set_current_device(count)
 
+
+
+def test_classes_report_their_public_module():
+    """Reprs, tracebacks and type names say where a user imports a class from
+    (``nbrmm.mr.PoolMemoryResource``), not the extension's module."""
+    import nbrmm.logger
+    import nbrmm.mr
+    import nbrmm.mr.experimental
+
+    published = {}
+    for module in (nbrmm, nbrmm.mr, nbrmm.mr.experimental, nbrmm.logger):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, type) and obj.__module__.startswith("nbrmm"):
+                published[f"{module.__name__}.{name}"] = obj
+    assert "nbrmm.mr.PoolMemoryResource" in published and "nbrmm.Buffer" in published
+    for where, cls in published.items():
+        assert cls.__module__ != "nbrmm._nbrmm", where
+        assert getattr(sys.modules[cls.__module__], cls.__qualname__) is cls, where
+    assert repr(nbrmm.mr.CudaMemoryResource()).startswith("<nbrmm.mr.CudaMemoryResource ")
+    assert nbrmm.CudaUnavailableError.__module__ == "nbrmm"
+    assert nbrmm.mr.experimental.CudaAsyncManagedMemoryResource.__module__ == (
+        "nbrmm.mr.experimental"
+    )
+
+
+def test_pickles_naming_the_extension_module_still_load():
+    """Classes pickled by reference name their public module now; pickles made by earlier
+    versions name ``nbrmm._nbrmm``, which still has them."""
+    import pickle
+
+    import nbrmm.mr
+
+    new = pickle.dumps(nbrmm.mr.PoolMemoryResource, protocol=0)  # (text: names readable)
+    assert new.startswith(b"cnbrmm.mr\nPoolMemoryResource\n")
+    old = new.replace(b"cnbrmm.mr\n", b"cnbrmm._nbrmm\n")
+    assert pickle.loads(old) is nbrmm.mr.PoolMemoryResource

@@ -13,6 +13,7 @@ import librmm as _librmm
 _librmm.load_library()
 
 from nbrmm import _nbrmm  # noqa: E402
+from nbrmm._public import publish as _publish  # noqa: E402
 from nbrmm._nbrmm import (  # noqa: E402
     ArgumentRangeError,
     DEFAULT_STREAM,
@@ -153,3 +154,6 @@ __all__ = [
     "unpickling_resource",
     "unregister_reinitialize_hook",
 ]
+
+# The extension's classes exported here say `nbrmm` (those of nbrmm.mr said so already).
+_publish(__name__, globals(), __all__)

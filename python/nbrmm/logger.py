@@ -16,6 +16,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from nbrmm._public import publish as _publish
 from nbrmm._nbrmm import (
     DeviceMemoryResource as _DeviceMemoryResource,
     LoggingResourceAdaptor as _LoggingResourceAdaptor,
@@ -152,3 +153,5 @@ def get_log_filenames() -> dict[int, str | None]:
         res = _get_per_device_resource(device)
         names[device] = res.get_file_name() if isinstance(res, _LoggingResourceAdaptor) else None
     return names
+
+_publish(__name__, globals(), __all__)

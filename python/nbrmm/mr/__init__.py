@@ -7,6 +7,7 @@ from collections.abc import Iterator as _Iterator
 from typing import TypeVar as _TypeVar
 
 from nbrmm._nbrmm import get_current_device as _get_current_device
+from nbrmm._public import publish as _publish
 
 from nbrmm._nbrmm import (
     AlignedResourceAdaptor,
@@ -115,3 +116,5 @@ __all__ = [
     "set_per_device_resource",
     "using_device_resource",
 ]
+
+_publish(__name__, globals(), __all__)
