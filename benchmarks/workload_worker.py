@@ -37,9 +37,12 @@ Variants (what is run, and who allocates):
     The CuPy stage's code with NumPy on the host, tiny: a check of the harness on
     machines without a GPU.
 
-The nbrmm pool is ``PoolMemoryResource(CudaMemoryResource(),
-initial_pool_size=NBRMM_WORKLOAD_POOL_GIB)`` under a ``StatisticsResourceAdaptor`` (its
-peak of bytes in use). The worker runs the workload once untimed (CuPy compiles its
+The nbrmm pool is ``CudaAsyncMemoryResource()`` (CUDA's stream-ordered pool: it grows
+as the workload needs, with no size to choose) under a ``StatisticsResourceAdaptor`` (its
+peak of bytes in use); ``NBRMM_WORKLOAD_POOL=pool`` takes
+``PoolMemoryResource(CudaMemoryResource(), initial_pool_size=NBRMM_WORKLOAD_POOL_GIB)``
+instead, which grows by doubling once a workload outgrows its initial size (a 2 GiB pool
+under a 2.2 GiB workload holds 4 GiB). The worker runs the workload once untimed (CuPy compiles its
 kernels, the pools grow), then ``NBRMM_WORKLOAD_RUNS`` timed runs; every run ends with the
 device synchronized and every array of the run dropped (the pools keep what they cache).
 A thread samples ``cudaMemGetInfo`` every ``NBRMM_WORKLOAD_SAMPLE_MS`` milliseconds for
@@ -101,6 +104,7 @@ def config():
         "batch": batch,
         "steps": int(env_float("NBRMM_WORKLOAD_STEPS", 200)),
         "runs": int(env_float("NBRMM_WORKLOAD_RUNS", 3)),
+        "pool_kind": os.environ.get("NBRMM_WORKLOAD_POOL", "async"),
         "pool_bytes": int(env_float("NBRMM_WORKLOAD_POOL_GIB", gib) * GiB) // 256 * 256,
         "sample_ms": env_float("NBRMM_WORKLOAD_SAMPLE_MS", 1.0),
         "seed": 2026,
@@ -226,8 +230,13 @@ def nbrmm_pool(cfg):
     """The nbrmm pool, under a statistics adaptor, made the current device resource."""
     import nbrmm.mr
 
-    pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(),
-                                       initial_pool_size=cfg["pool_bytes"])
+    if cfg["pool_kind"] == "pool":
+        pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(),
+                                           initial_pool_size=cfg["pool_bytes"])
+    elif cfg["pool_kind"] == "async":
+        pool = nbrmm.mr.CudaAsyncMemoryResource()
+    else:
+        raise ValueError(f"NBRMM_WORKLOAD_POOL: 'async' or 'pool', got {cfg['pool_kind']!r}")
     stats = nbrmm.mr.StatisticsResourceAdaptor(pool)
     nbrmm.mr.set_current_device_resource(stats)
     return pool, stats
@@ -331,9 +340,12 @@ def run(variant, cfg):
         pools["torch_max_reserved"] = torch.cuda.max_memory_reserved()
         pools["torch_max_allocated"] = torch.cuda.max_memory_allocated()
     if on_nbrmm:
-        pools["nbrmm_pool_size"] = pool.pool_size()  # a pool never gives memory back
         pools["nbrmm_peak_bytes"] = stats.allocation_counts.peak_bytes
-        pool_peak = pools["nbrmm_pool_size"]
+        if hasattr(pool, "pool_size"):
+            pools["nbrmm_pool_size"] = pool.pool_size()  # a pool never gives memory back
+            pool_peak = pools["nbrmm_pool_size"]
+        else:  # CUDA's pool: what it held at its peak is in the device's used memory
+            pool_peak = used.peak
     else:
         pool_peak = pools.get("cupy_total_bytes", 0) + pools.get("torch_max_reserved", 0)
     return {
