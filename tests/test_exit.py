@@ -128,6 +128,51 @@ def test_exit_is_clean(name):
     assert "leaked" not in out.stderr, out.stderr
 
 
+# What an atexit handler that runs after nbrmm's own does (one registered before nbrmm was
+# imported: atexit runs the handlers last registered first).
+LATE_HANDLERS = {
+    "cpp_resource_set_current": """
+        from extensions import testing
+        nbrmm.mr.set_current_device_resource(testing.host_heap_resource())
+    """,
+    "python_resource_set_current": """
+        nbrmm.mr.set_current_device_resource(host_resource())
+        keep.append(nbrmm.Buffer(64))
+    """,
+    "statistics_enabled": """
+        import nbrmm.statistics
+        from extensions import testing
+        nbrmm.mr.set_current_device_resource(testing.host_heap_resource())
+        nbrmm.statistics.enable_statistics()
+        keep.append(nbrmm.Buffer(64))
+        assert nbrmm.statistics.get_statistics().current_bytes == 64
+    """,
+    "cpp_holds_python_resource": """
+        cpp_ext.hold_resource(host_resource())
+        cpp_ext.allocate_held(8)
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LATE_HANDLERS))
+def test_what_an_atexit_handler_after_nbrmms_sets_is_let_go_of(name):
+    body = textwrap.indent(textwrap.dedent(LATE_HANDLERS[name]), "    ")
+    code = (
+        "import atexit, os\n"
+        "keep = []\n"
+        "def late():\n"
+        f"{body}\n"
+        "    os.write(1, b'the late handler ran\\n')\n"
+        "atexit.register(late)  # before nbrmm is imported: it runs after nbrmm's handler\n"
+        + PRELUDE
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "the late handler ran" in out.stdout, out.stderr
+    assert "leaked" not in out.stderr, out.stderr
+
+
 def test_default_stream_gone():
     """Once nbrmm.DEFAULT_STREAM is gone (at exit, when the modules' namespaces are
     cleared), what would use it uses a new Stream of the same stream instead."""

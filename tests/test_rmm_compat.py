@@ -126,12 +126,17 @@ PARSED = [
     ("2 MiB", 2 << 20), ("1GB", 10**9), ("1 GiB", 1 << 30), ("1tb", 10**12),
     ("1 TiB", 1 << 40), ("1pb", 10**15), ("1 PiB", 1 << 50), ("0.5 GiB", 1 << 29),
     ("16 PiB", 16 << 50), ("7 ", 7), ("3\n", 3), (12345, 12345),
+    # More digits than a float holds: too small to be a byte (rmm's float() gives 0.0).
+    ("0." + "0" * 400 + "1", 0), ("0." + "0" * 400 + "1 PiB", 0),
 ]
 REFUSED = [
     ("2k", ValueError), ("1 g", ValueError), (".5", ValueError), ("", ValueError),
     ("1.5.5", ValueError), ("1 k b", ValueError), ("+1", ValueError), ("1,5", ValueError),
     ("1KiB ", ValueError), ("1e3", ValueError), ("0x10", ValueError),
     (-1, OverflowError), (2**64, OverflowError), ("99999 PiB", OverflowError),
+    # More digits than a float holds: rmm's float() gives inf, and int() OverflowError.
+    ("1" + "0" * 400, OverflowError), ("9" * 309 + ".5 kB", OverflowError),
+    ("1" + "0" * 400 + " xB", ValueError),
     (1.5, TypeError), (True, TypeError), (None, TypeError), (b"1", TypeError),
 ]
 
@@ -145,6 +150,38 @@ def test_parse_bytes_refuses():
     for value, exc in REFUSED:
         with pytest.raises(exc, match="^s: "):
             helper.parse_bytes(value)
+
+
+def test_a_size_string_too_large_for_64_bits_is_an_overflow_error_naming_the_parameter():
+    heap = HostHeap()
+    for text in ("1" + "0" * 20, "1" + "0" * 400, "1" + "0" * 400 + ".25 GiB"):
+        too_large = "^initial_pool_size: '.*' is 2\\*\\*64 bytes or more"
+        with pytest.raises(OverflowError, match=too_large):
+            mr.PoolMemoryResource(heap.resource(), text)
+        with pytest.raises(nbrmm.ArgumentRangeError, match="^nbytes: "):
+            nbrmm.Buffer(text, mr=heap.resource())
+    assert heap.bytes_in_use == 0
+
+
+def test_modules_reachable_in_rmm_are_reachable_here():
+    # rmm.rmm imports rmm.mr, and rmm.pylibrmm.memory_resource.experimental its base class.
+    import nbrmm.rmm
+    from nbrmm.pylibrmm.memory_resource import experimental
+
+    assert nbrmm.rmm.mr is nbrmm.mr
+    assert experimental.DeviceMemoryResource is nbrmm.mr.DeviceMemoryResource
+    assert issubclass(experimental.CudaAsyncManagedMemoryResource,
+                      experimental.DeviceMemoryResource)
+    out = run_python(
+        """
+        import nbrmm.compat
+        nbrmm.compat.install()
+        import rmm.rmm, rmm.pylibrmm.memory_resource.experimental as ex
+        print(rmm.rmm.mr is rmm.mr, ex.DeviceMemoryResource is rmm.mr.DeviceMemoryResource)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
 
 
 def test_as_stream():
@@ -672,7 +709,7 @@ def test_compat_runs_modules_and_code(tmp_path):
     assert out.stdout.strip() == "nbrmm nbrmm.pylibrmm.stream True ['x']"
     out = _compat("-c", "import rmm, sys; print(rmm.DeviceBuffer.__module__, sys.argv)", "y")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "nbrmm._nbrmm ['-c', 'y']"
+    assert out.stdout.strip() == "nbrmm ['-c', 'y']"
 
 
 def test_compat_program_errors_propagate(tmp_path):

@@ -1,6 +1,7 @@
 """nbrmm.Stream: constants, the __cuda_stream__ protocol, and bad arguments."""
 
 import gc
+import re
 import weakref
 
 import pytest
@@ -75,6 +76,46 @@ def test_protocol_returning_garbage_is_rejected():
 
     with pytest.raises(TypeError, match="__cuda_stream__"):
         nbrmm.Stream(Broken())
+
+
+class HandleAttribute:
+    """A stream object of the older spellings: the handle in an attribute."""
+
+    def __init__(self, name, value):
+        setattr(self, name, value)
+
+
+OUT_OF_RANGE = [-1, -(2**63), 2**64, 2**70]
+SPELLINGS = [
+    (ForeignStream, "__cuda_stream__()"),
+    (lambda h: HandleAttribute("ptr", h), ".ptr"),
+    (lambda h: HandleAttribute("cuda_stream", h), ".cuda_stream"),
+    (lambda h: HandleAttribute("handle", h), ".handle"),
+]
+
+
+@pytest.mark.parametrize("handle", OUT_OF_RANGE)
+@pytest.mark.parametrize("make, source", SPELLINGS, ids=[s for _, s in SPELLINGS])
+def test_a_handle_out_of_range_is_an_overflow_error_naming_the_parameter(make, source, handle):
+    heap = HostHeap()
+    mr = heap.resource()
+    # rmm's conversion to a C handle raises OverflowError; nbrmm's ArgumentRangeError is one
+    # (and a ValueError), and names the parameter and where the handle came from.
+    text = f"the stream handle from {re.escape(source)} is {handle}; "
+    with pytest.raises(OverflowError, match=f"^obj: {text}") as info:
+        nbrmm.Stream(make(handle))
+    assert isinstance(info.value, (ValueError, nbrmm.ArgumentRangeError))
+    with pytest.raises(nbrmm.ArgumentRangeError, match=f"^stream: {text}"):
+        nbrmm.Buffer(16, mr=mr, stream=make(handle))
+    with pytest.raises(nbrmm.ArgumentRangeError, match=f"^stream: {text}"):
+        mr.allocate(16, make(handle))
+    assert heap.bytes_in_use == 0
+
+
+def test_the_largest_handles_are_accepted():
+    for handle in (0, 2**63, 2**64 - 1):
+        assert nbrmm.Stream(ForeignStream(handle)).handle == handle
+        assert nbrmm.Stream(HandleAttribute("ptr", handle)).handle == handle
 
 
 def test_flags_only_for_new_streams():

@@ -95,7 +95,9 @@ def _at_exit() -> None:
     # Frees that waited for a resource's Python callback to return are done now.
     _nbrmm._perform_waiting_frees()
     # Python objects held in librmm's per-device map are released before the interpreter
-    # shuts down; C++ keeps using the resources themselves.
+    # shuts down; C++ keeps using the resources themselves. The extension does it once more
+    # after the last atexit handler (when CPython clears its namespace), for what a handler
+    # that runs after this one (registered before nbrmm was imported) sets or hands to C++.
     _nbrmm._release_python_objects()
 
 

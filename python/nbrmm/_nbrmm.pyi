@@ -170,6 +170,9 @@ class Stream:
         If ``flags`` is given together with ``obj``.
     NotImplementedError
         If ``obj.__cuda_stream__()`` reports a protocol version other than 0.
+    nbrmm.ArgumentRangeError
+        If the handle ``obj`` gives is negative or 2**64 or more (a ``ValueError``, and the
+        ``OverflowError`` rmm raises).
     nbrmm.InvalidArgumentError
         If ``flags`` is an int that is not a ``CudaStreamFlags`` value.
     nbrmm.CudaError
@@ -994,6 +997,8 @@ def _release_python_objects() -> None:
     """
     Remove Python objects from librmm's per-device map (run at interpreter exit).
     """
+
+_release_after_atexit: CapsuleType = ...
 
 class Buffer:
     """

@@ -1,8 +1,10 @@
 """rmm's ``rmm.rmm`` module: :class:`RMMError`, :func:`reinitialize` and its hooks.
 
-The functions are nbrmm's own (the same objects as ``nbrmm.reinitialize`` etc.).
+The functions are nbrmm's own (the same objects as ``nbrmm.reinitialize`` etc.). As in
+rmm, the module also refers to :mod:`nbrmm.mr` as ``mr`` (``nbrmm.rmm.mr is nbrmm.mr``).
 """
 
+from nbrmm import mr
 from nbrmm._reinitialize import (
     is_initialized,
     register_reinitialize_hook,

@@ -5,6 +5,7 @@
 
 #include <rmm/aligned.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -37,7 +38,16 @@ std::size_t parse_size_string(std::string const& text, char const* param)
   }
   double number = 0;
   auto const [last, ec] = std::from_chars(text.data(), text.data() + i, number);
-  if (ec != std::errc{} || last != text.data() + i) { fail(); }
+  if (last != text.data() + i) { fail(); }
+  if (ec == std::errc::result_out_of_range) {
+    // Too many digits for a double: too large when a digit before the point is not 0
+    // (rmm's float() gives inf there, and int() raises OverflowError), else too small to
+    // be a byte (0).
+    std::size_t const point = std::min(text.find('.'), i);
+    number = text.find_first_not_of('0') < point ? HUGE_VAL : 0.0;
+  } else if (ec != std::errc{}) {
+    fail();
+  }
   while (i < end && (text[i] == ' ' || text[i] == '\t')) { ++i; }
   std::string unit;
   for (; i < end; ++i) { unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))); }

@@ -9,6 +9,7 @@
 #include "core/gil.hpp"
 #include "resources/per_device_map.hpp"
 #include "resources/resource.hpp"
+#include "resources/waiting_frees.hpp"
 #include "core/rmm_compat.hpp"
 
 #include <map>
@@ -92,15 +93,26 @@ void set_resource(int device, nb::handle mr)
                             .c_str());
   }
   // A wrapper of a resource that C++ created goes back exactly as C++ made it (so C++ can
-  // still resource_cast it); any other resource carries its Python object.
-  replace_entry(device, r.from_cpp ? r.get() : device_resource{python_owned_resource{r.get(), mr}});
+  // still resource_cast it), and is remembered (weakly) as the wrapper of the new entry, so
+  // that reading the map gives back this very object while it lives; any other resource
+  // carries its Python object.
+  if (r.from_cpp) {
+    replace_entry(device, r.get());
+    remember_wrapper(device, mr);
+    return;
+  }
+  replace_entry(device, device_resource{python_owned_resource{r.get(), mr}});
 }
+
+/// Whether release_python_objects ran (nbrmm's atexit handler).
+bool released_at_exit = false;
 
 /// Removes every Python object from librmm's map and from every C++ copy of a resource (at
 /// interpreter exit): entries set from Python keep serving C++ through their C++ resource;
 /// Python-implemented resources are replaced by librmm's initial resource.
 void release_python_objects()
 {
+  released_at_exit = true;
   std::vector<device_resource> dropped;
   device_map::for_each([&dropped](int, device_resource& entry) {
     auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry);
@@ -131,6 +143,23 @@ void release_python_objects()
   });
   release_raw_allocation_owners();
   forget_python_memory_error();
+}
+
+/// Runs release_python_objects again once every atexit handler has run: what an atexit
+/// handler that runs after nbrmm's (one registered before nbrmm was imported) set current
+/// or gave to C++ is let go of too. It is the destructor of a capsule that only the
+/// module's namespace holds, which CPython clears after the atexit handlers and before
+/// nanobind's leak check; it does nothing unless nbrmm's atexit handler ran first (the
+/// attribute deleted earlier).
+void release_after_atexit(void*) noexcept
+{
+  if (!released_at_exit) { return; }
+  try {
+    waiting_frees::perform();
+    release_python_objects();
+  } catch (...) {
+    // Nothing can be reported this late; what stays is what nanobind reports.
+  }
 }
 
 }  // namespace
@@ -220,6 +249,8 @@ mr : DeviceMemoryResource
 
   m.def("_release_python_objects", &release_python_objects,
         "Remove Python objects from librmm's per-device map (run at interpreter exit).");
+  static int release_tag = 0;  // a capsule needs a non-null pointer
+  m.attr("_release_after_atexit") = nb::capsule(&release_tag, &release_after_atexit);
 }
 
 }  // namespace nbrmm

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace nbrmm {
 namespace {
@@ -25,16 +26,23 @@ PyObject* default_stream_arg_obj = nullptr;
 // DEFAULT_STREAM's handle: the legacy default stream, spelled 0 (as in rmm).
 constexpr cudaStream_t default_stream_handle{};
 
-cudaStream_t handle_from_int(nb::handle value, char const* param)
+/// The handle `value` that a stream-like object gave through `source` (its
+/// `__cuda_stream__()`, `.ptr`, ...): an int from 0 to 2**64 - 1. Raises TypeError for
+/// another type and ArgumentRangeError (a ValueError, and the OverflowError that rmm's
+/// conversion to a C handle raises) outside that range; messages name `param`.
+cudaStream_t handle_from_int(nb::handle value, char const* param, char const* source)
 {
   if (!PyLong_Check(value.ptr())) {
-    throw nb::type_error(
-      (std::string{param} + ": the stream handle must be an int, got " +
-       nb::type_name(value.type()).c_str())
-        .c_str());
+    throw nb::type_error((std::string{param} + ": the stream handle from " + source +
+                          " must be an int, got " + nb::type_name(value.type()).c_str())
+                           .c_str());
   }
   auto const raw = PyLong_AsUnsignedLongLong(value.ptr());
-  if (raw == static_cast<unsigned long long>(-1) && PyErr_Occurred()) { throw nb::python_error(); }
+  if (raw == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();  // negative, or 2**64 and more
+    throw_range_error(std::string{param} + ": the stream handle from " + source + " is " +
+                      nb::str(value).c_str() + "; a stream handle is an int from 0 to 2**64 - 1");
+  }
   return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(raw));
 }
 
@@ -72,13 +80,13 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
       }
       throw nb::type_error(text.c_str());
     }
-    out = handle_from_int(nb::handle{PyTuple_GetItem(proto.ptr(), 1)}, param);
+    out = handle_from_int(nb::handle{PyTuple_GetItem(proto.ptr(), 1)}, param, "__cuda_stream__()");
     return true;
   }
   // Older spellings: CuPy (.ptr), PyTorch (.cuda_stream), numba-cuda (.handle).
-  for (char const* attr : {"cuda_stream", "ptr"}) {
+  for (auto [attr, source] : {std::pair{"cuda_stream", ".cuda_stream"}, std::pair{"ptr", ".ptr"}}) {
     if (nb::hasattr(obj, attr)) {
-      out = handle_from_int(obj.attr(attr), param);
+      out = handle_from_int(obj.attr(attr), param, source);
       return true;
     }
   }
@@ -89,7 +97,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
       out = nullptr;
       return true;
     }
-    out = handle_from_int(h, param);
+    out = handle_from_int(h, param, ".handle");
     return true;
   }
   return false;
@@ -219,6 +227,9 @@ ValueError
     If ``flags`` is given together with ``obj``.
 NotImplementedError
     If ``obj.__cuda_stream__()`` reports a protocol version other than 0.
+nbrmm.ArgumentRangeError
+    If the handle ``obj`` gives is negative or 2**64 or more (a ``ValueError``, and the
+    ``OverflowError`` rmm raises).
 nbrmm.InvalidArgumentError
     If ``flags`` is an int that is not a ``CudaStreamFlags`` value.
 nbrmm.CudaError

@@ -236,10 +236,12 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             raise RuntimeError(
                 "the interpreter is shutting down: nbrmm no longer allocates for cuda.core"
             )
+        # nbrmm's own methods read any stream object (the stub says Stream: Any here).
+        on: Any = nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream
         if size == 0:
             ptr = 0  # (as nbrmm's resources give 0 bytes: no memory, no call of the resource)
         else:
-            ptr = mr.allocate(size, nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream)
+            ptr = mr.allocate(size, on)
         if type(ptr) is not int:
             ptr = _pointer_from(mr, ptr)
         handing_over = self._handing_over
@@ -248,7 +250,7 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             buffer = _from_handle(ptr, size, self, stream=stream)
         except BaseException:
             if handing_over.pop(ptr, False):
-                _give_back(mr, ptr, size, stream)  # memory cuda.core never took
+                _give_back(mr, ptr, size, on)  # memory cuda.core never took
             raise
         del handing_over[ptr]
         return buffer
@@ -288,10 +290,9 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
         noted = handing_over and ptr in handing_over
         if noted:
             handing_over[ptr] = False  # given back: allocate must not give it back again
+        on: Any = nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream
         try:
-            mr.deallocate(
-                ptr, size, nbrmm.Stream(stream) if self._takes_nbrmm_streams else stream
-            )
+            mr.deallocate(ptr, size, on)
         except BaseException:
             if noted:
                 handing_over[ptr] = True  # nothing was freed
@@ -327,7 +328,7 @@ def _pointer_from(mr: nbrmm_mr.DeviceMemoryResource, ptr: object) -> int:
 
 
 def _give_back(
-    mr: nbrmm_mr.DeviceMemoryResource, ptr: int, size: int, stream: CudaStreamLike
+    mr: nbrmm_mr.DeviceMemoryResource, ptr: int, size: int, stream: Any
 ) -> None:
     """Frees memory that no Buffer took, on ``stream`` or, where that stream is no
     longer readable, on the default stream (no work ever used the memory)."""

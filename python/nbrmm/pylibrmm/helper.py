@@ -26,8 +26,10 @@ def parse_bytes(s: int | str) -> int:
     ------
     ValueError
         If ``s`` is a string that does not parse ("Could not parse ...").
-    nbrmm.SizeOverflowError
-        If the size is negative or does not fit in 64 bits (an ``OverflowError`` too).
+    nbrmm.ArgumentRangeError
+        If the size is negative or does not fit in 64 bits, also a string with more
+        digits than a float can hold (a ``ValueError``, and the ``OverflowError`` rmm
+        raises).
     TypeError
         If ``s`` is neither an int nor a str.
 
