@@ -593,6 +593,51 @@ def test_threads_allocate_on_their_own_streams(api):
         assert [e[:2] for e in events[1::2]] == [("deallocate", 8 * n) for n in range(1, 50)]
 
 
+
+def test_memory_dropped_inside_a_callback_of_its_resource_waits(api):
+    # CuPy memory of a pool dropped by the Python upstream of that same pool while the pool
+    # grows (its lock held): the free waits until the next allocation or free outside it.
+    hook, _ = api
+    heap, holder = HostHeap(), {}
+
+    def alloc(n, s):
+        holder.pop("victim", None)
+        return heap.allocate(n, s)
+
+    pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CallbackMemoryResource(alloc, heap.deallocate), 0)
+    stats = nbrmm.mr.StatisticsResourceAdaptor(pool)
+    allocate = hook.cupy_allocator(mr=stats, stream=nbrmm.DEFAULT_STREAM)
+    holder["victim"] = allocate(300)
+    big = allocate(1 << 20)  # grows the pool: the callback drops the victim
+    assert "victim" not in holder
+    assert stats.allocation_counts.current_bytes == 300 + (1 << 20)
+    del big  # a free outside the callback: the waiting one is done first
+    assert stats.allocation_counts.current_bytes == 0
+
+
+def test_lent_memory_refuses_bad_arguments_before_allocating():
+    heap = HostHeap()
+    mr = heap.resource()
+    lend = nbrmm._nbrmm._lend_memory
+    with pytest.raises(ValueError, match="^nbytes: must be non-negative"):
+        lend(-1, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(ValueError, match="^nbytes:"):
+        lend(1 << 64, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^nbytes:"):
+        lend(None, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^mr:"):
+        lend(8, nbrmm.mr.DeviceMemoryResource, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^stream"):
+        lend(8, mr, None)
+    assert heap.calls == []
+    ptr, owner = lend(0, mr, nbrmm.DEFAULT_STREAM)  # 0 bytes: nothing allocated
+    assert ptr == 0 and heap.calls == []
+    del owner
+    ptr, owner = lend(64, mr, nbrmm.DEFAULT_STREAM)
+    assert heap.live == {ptr: 64}
+    del owner
+    assert heap.live == {}
+
 EXIT_PRELUDE = """
 import ctypes, sys
 import nbrmm, nbrmm.mr

@@ -111,7 +111,7 @@ nb::tuple lend_memory(nb::handle nbytes, nb::handle mr, nb::handle stream)
 
 void bind_lent_memory(nb::module_& m)
 {
-  m.def("_lend_memory", &lend_memory, nb::arg("nbytes"), nb::arg("mr").none(),
+  m.def("_lend_memory", &lend_memory, nb::arg("nbytes").none(), nb::arg("mr").none(),
         nb::arg("stream").none(),
         nb::sig("def _lend_memory(nbytes: int, mr: DeviceMemoryResource | None, "
                 "stream: nbrmm._typing.CudaStreamLike) -> tuple[int, "
