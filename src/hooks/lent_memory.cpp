@@ -72,13 +72,6 @@ void give_back(PyObject* capsule) noexcept
   free_block(m->res.get(), cuda::stream_ref{m->stream}, m->b, m->device);
 }
 
-/// Whether nbrmm may order work on `handle` without keeping a Python object alive: the
-/// legacy and per-thread default streams are never destroyed.
-bool is_default(cudaStream_t handle) noexcept
-{
-  return handle == nullptr || handle == cudaStreamLegacy || handle == cudaStreamPerThread;
-}
-
 nb::tuple lend_memory(nb::handle nbytes, nb::handle mr, nb::handle stream)
 {
   std::size_t const n          = request_size(nbytes, "nbytes");
@@ -88,7 +81,7 @@ nb::tuple lend_memory(nb::handle nbytes, nb::handle mr, nb::handle stream)
   auto& r = *nb::inst_ptr<DeviceMemoryResource>(resource);
   auto m  = std::make_unique<lent_memory>(
     r.shared(), s.get(), r.device >= 0 ? r.device : current_device(), r.calls_python,
-    resource, is_default(s.get()) ? nb::handle{} : stream);
+    resource, never_destroyed(s.get()) ? nb::handle{} : stream);
   waiting_frees::perform();
   if (n != 0) {
     librmm_call call;

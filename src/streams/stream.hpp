@@ -22,6 +22,13 @@ inline bool is_legacy_default(cudaStream_t s) noexcept
   return s == nullptr || s == cudaStreamLegacy;
 }
 
+/// Whether `s` is a default stream (legacy or per-thread), which is never destroyed: work
+/// may be ordered on it without keeping a Python object alive.
+inline bool never_destroyed(cudaStream_t s) noexcept
+{
+  return is_legacy_default(s) || s == cudaStreamPerThread;
+}
+
 /// Converts any stream-like Python object (nbrmm.Stream or an object implementing
 /// `__cuda_stream__`) to a stream handle; raises TypeError naming `param` otherwise.
 cuda::stream_ref stream_arg(nb::handle obj, char const* param);

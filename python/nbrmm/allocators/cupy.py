@@ -20,11 +20,11 @@ changed since. A failed allocation raises
 from __future__ import annotations
 
 import atexit
-import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nbrmm import _nbrmm
+from nbrmm._args import check_size as _check_size
 from nbrmm._nbrmm import Stream  # rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
 
@@ -62,21 +62,6 @@ def _type_name(obj: object) -> str:
     if cls.__module__ == "builtins":
         return cls.__qualname__
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _nbytes_arg(nbytes: object) -> int:
-    """``nbytes`` (not an ``int`` from 0 to 2**64 - 1) as an int, or the error for it."""
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes: expected an int, got bool")
-    try:
-        n = operator.index(nbytes)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"nbytes: expected an int, got {_type_name(nbytes)}") from None
-    if n < 0:
-        raise ValueError(f"nbytes: must be non-negative, got {n}")
-    if n >> 64:
-        raise ValueError(f"nbytes: {n} does not fit in 64 bits")
-    return n
 
 
 class CupyAllocator:
@@ -168,7 +153,7 @@ class CupyAllocator:
             serves another device than CuPy's current one.
         """
         if type(nbytes) is not int or nbytes < 0 or nbytes >> 64:
-            nbytes = _nbytes_arg(nbytes)
+            nbytes = _check_size(nbytes, "nbytes")
         device = _get_device_id()
         if self._device >= 0 and device != self._device:
             raise ValueError(

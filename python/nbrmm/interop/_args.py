@@ -1,42 +1,11 @@
-"""The checks of nbrmm.interop's arguments: sizes, pointers and stream handles, each error
-naming its parameter."""
+"""The checks of nbrmm.interop's arguments: sizes, pointers (nbrmm._args) and stream
+handles, each error naming its parameter."""
 
 from __future__ import annotations
 
-import operator
-from typing import SupportsIndex
+from nbrmm._args import check_ptr, check_size, type_name
 
-
-def type_name(obj: object) -> str:
-    return type(obj).__name__
-
-
-def check_size(size: SupportsIndex, param: str = "size") -> int:
-    """``size`` as an int (a non-negative integer below 2**64), or the error for it."""
-    if isinstance(size, bool):
-        raise TypeError(f"{param}: expected an int, got bool")
-    try:
-        size = operator.index(size)  # an int exactly, also for int subclasses and NumPy's
-    except TypeError:
-        raise TypeError(f"{param}: expected an int, got {type_name(size)}") from None
-    if size < 0:
-        raise ValueError(f"{param}: must be non-negative, got {size}")
-    if size >= 1 << 64:
-        raise ValueError(f"{param}: {size} bytes is too large")
-    return size
-
-
-def check_ptr(ptr: SupportsIndex) -> int:
-    """``ptr`` as an int (a pointer value in ``[0, 2**64)``), or the error for it."""
-    if isinstance(ptr, bool):
-        raise TypeError("ptr: expected the pointer as an int, got bool")
-    try:
-        ptr = operator.index(ptr)  # an int exactly, also for int subclasses and NumPy's
-    except TypeError:
-        raise TypeError(f"ptr: expected the pointer as an int, got {type_name(ptr)}") from None
-    if not 0 <= ptr < 1 << 64:
-        raise ValueError(f"ptr: not a pointer value: {ptr}")
-    return ptr
+__all__ = ["check_ptr", "check_size", "stream_handle", "type_name"]
 
 
 def stream_handle(stream: object, param: str = "stream") -> int:
