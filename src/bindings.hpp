@@ -38,5 +38,6 @@ void bind_pointer_copies(nb::module_& m);
 void bind_lent_memory(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);
+void bind_history(nb::module_& m);
 
 }  // namespace nbrmm

@@ -52,6 +52,7 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_lent_memory(m);
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);
+  nbrmm::bind_history(m);
 }
 
 #undef PyInit__nbrmm

@@ -1,6 +1,6 @@
 """nanobind bindings for librmm (RAPIDS Memory Manager)"""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import enum
 import os
 import types
@@ -1484,3 +1484,28 @@ def get_flush_level() -> level_enum:
     level_enum
         The flush level.
     """
+
+def _history_configure(enabled: bool, devices: Sequence[int] | None, stacks: bool, max_events: int) -> None:
+    """Start, reconfigure or stop recording (nbrmm.memory.record_history)."""
+
+def _history_add_hook(code: types.CodeType, library: str) -> None:
+    """Attribute allocations made under the function of `code` to `library`."""
+
+def _history_recording() -> bool:
+    """Whether any device is being recorded."""
+
+def _history_data() -> tuple[list[str], list[tuple[int, int, int]], list[tuple[int, ...]], list[tuple[int, int, int, int, int, int, int, int, int, bool]], list[tuple[int, int, int, int, int, int, int, int, int, bool]], int]:
+    """
+    The recorded history: (strings, frames, stacks, events, live allocations, dropped).
+    """
+
+def _history_push_tag(name: str) -> int:
+    """Push a tag on this thread's stack; returns the new depth."""
+
+def _history_pop_tag(depth: int) -> None:
+    """
+    Pop this thread's tag stack back below `depth` (as _history_push_tag returned it).
+    """
+
+def _history_current_tag() -> str | None:
+    """The innermost tag of this thread, or None."""

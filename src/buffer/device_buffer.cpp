@@ -38,7 +38,7 @@ buffer_memory::buffer_memory(std::size_t n,
                              int device)
   : res_{res}, stream_{stream}, alignment_{alignment}, device_{device}
 {
-  block_ = allocate_block(res_.get(), stream_, n, alignment_);
+  block_ = allocate_block(res_.get(), stream_, n, alignment_, device_);
   size_ = capacity_ = n;
 }
 
@@ -96,7 +96,7 @@ void buffer_memory::shrink_to_fit(cuda::stream_ref s)
 
 void buffer_memory::reallocate(std::size_t n, cuda::stream_ref s)
 {
-  block fresh            = allocate_block(res_.get(), s, n, alignment_);
+  block fresh            = allocate_block(res_.get(), s, n, alignment_, device_);
   std::size_t const keep = std::min(size_, n);
   if (keep != 0) {
     auto const status = cudaMemcpyAsync(fresh.data, block_.data, keep, cudaMemcpyDefault, s.get());
@@ -347,6 +347,7 @@ void construct(Buffer* self, buffer_args&& a, void const* src = nullptr)
   auto* r                                     = nb::inst_ptr<DeviceMemoryResource>(a.mr);
   std::shared_ptr<device_resource> const& res = r->shared();
   cuda::stream_ref const s                    = nb::inst_ptr<Stream>(a.stream)->ref();
+  nb::object const resource = a.mr;  // (for the report of an out-of-memory error)
   waiting_frees::perform();
   new (self) Buffer{};
   try {
@@ -360,6 +361,9 @@ void construct(Buffer* self, buffer_args&& a, void const* src = nullptr)
     self->stream = std::move(a.stream);
     self->list_holder();
     if (src != nullptr) { copy_bytes(self->mem->data(), src, a.n, s); }
+  } catch (rmm::out_of_memory const&) {
+    self->~Buffer();
+    raise_out_of_memory(resource, a.n, r->device, s.get());
   } catch (...) {
     self->~Buffer();
     throw;

@@ -154,6 +154,19 @@ void translate(std::exception_ptr const& p, void*)
 
 void python_exception::restore() const noexcept { restore_exception(*exc_); }
 
+void raise_out_of_memory(nb::handle mr, std::size_t bytes, int device, void const* stream)
+{
+  translate_current_exception();
+  nb::python_error error;
+  try {
+    nb::module_::import_("nbrmm.memory._oom")
+      .attr("annotate")(error.value(), mr, bytes, device, reinterpret_cast<std::uintptr_t>(stream));
+  } catch (nb::python_error const&) {
+    // The report is an addition: without it, the error stands as librmm worded it.
+  }
+  throw error;
+}
+
 void python_out_of_memory::restore() const noexcept { restore_exception(*exc_); }
 
 void throw_python_error()

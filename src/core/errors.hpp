@@ -72,6 +72,13 @@ class python_out_of_memory : public rmm::out_of_memory {
 /// python_exception. Call from code that librmm calls into, instead of nb::python_error.
 [[noreturn]] void throw_python_error();
 
+/// Raises the out-of-memory error being handled (call inside `catch (rmm::out_of_memory)`)
+/// with nbrmm's report added: what was asked (`bytes` on `device` and `stream`, from the
+/// resource object `mr`) and what the resource chain and the memory history hold
+/// (nbrmm.memory._oom). A MemoryError a Python callback raised goes on unchanged.
+[[noreturn]] void raise_out_of_memory(nb::handle mr, std::size_t bytes, int device,
+                                      void const* stream);
+
 /// Sets the Python exception for the C++ exception being handled (call inside `catch`),
 /// exactly as an exception leaving a bound function is translated. Other extensions reach
 /// it through the capsule `_exception_translator` (nbrmm::raise_current_exception).

@@ -84,8 +84,12 @@ nb::tuple lend_memory(nb::handle nbytes, nb::handle mr, nb::handle stream)
     resource, never_destroyed(s.get()) ? nb::handle{} : stream);
   waiting_frees::perform();
   if (n != 0) {
-    librmm_call call;
-    m->b = allocate_block(m->res.get(), s, n, default_alignment);
+    try {
+      librmm_call call;
+      m->b = allocate_block(m->res.get(), s, n, default_alignment, m->device);
+    } catch (rmm::out_of_memory const&) {
+      raise_out_of_memory(resource, n, m->device, s.get());
+    }
   }
   auto const ptr = reinterpret_cast<std::uintptr_t>(m->b.data);
   PyObject* capsule = PyCapsule_New(m.get(), lent_capsule, &give_back);

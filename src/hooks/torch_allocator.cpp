@@ -16,12 +16,15 @@
 // function that made the pointer), so its calls take no lock and record nothing.
 //
 // Both functions run on whatever thread torch calls them from, with or without the GIL,
-// and never touch Python (torch may hold its own locks while calling them).
+// and never touch Python (torch may hold its own locks while calling them), except while
+// the memory history records Python stacks: then an allocation on a thread Python knows
+// takes the GIL to read the caller's frames, as torch's own recorder does.
 #include "core/args.hpp"
 #include "bindings.hpp"
 #include "core/device.hpp"
 #include "core/errors.hpp"
 #include "core/gil.hpp"
+#include "core/history.hpp"
 #include "resources/per_device_map.hpp"
 #include "resources/resource.hpp"
 #include "streams/stream.hpp"
@@ -193,7 +196,7 @@ std::size_t torch_outstanding()
 
 }  // namespace
 
-void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
+void* allocate_for_torch(int slot, std::size_t size, int device, cudaStream_t stream)
 {
   if (size == 0) { return nullptr; }
   check_request(size, default_alignment, "size");
@@ -224,9 +227,27 @@ void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stre
   return ptr;
 }
 
+/// nbrmm_torch_alloc_<slot>: allocates for torch and records it in the memory history.
+void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stream)
+{
+  void* ptr = nullptr;
+  try {
+    history::nested_call const nested;
+    ptr = allocate_for_torch(slot, size, device, stream);
+  } catch (...) {
+    history::failed(size, device, stream, history::source::torch);
+    throw;
+  }
+  if (ptr != nullptr) { history::allocated(ptr, size, device, stream, history::source::torch); }
+  return ptr;
+}
+
+/// nbrmm_torch_free_<slot>.
 void torch_hook_free(
   int slot, void* ptr, std::size_t size, int device, cudaStream_t stream) noexcept
 {
+  if (ptr != nullptr) { history::freed(ptr, size, device, stream); }
+  history::nested_call const nested;
   if (slot == 0) {
     torch_free(ptr);
   } else {

@@ -83,9 +83,11 @@ std::uintptr_t raw_allocate(nb::handle self, std::size_t n, std::size_t alignmen
   if (n == 0) { return 0; }
   waiting_frees::perform();
   block b;
-  {
+  try {
     librmm_call call;
-    b = allocate_block(res, s, n, alignment);
+    b = allocate_block(res, s, n, alignment, r.device);
+  } catch (rmm::out_of_memory const&) {
+    raise_out_of_memory(self, n, r.device, s.get());
   }
   auto const key = reinterpret_cast<std::uintptr_t>(b.data);
   // A record at the same address is stale: its memory was given back to the underlying

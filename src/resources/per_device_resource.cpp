@@ -101,7 +101,7 @@ void set_resource(int device, nb::handle mr)
     remember_wrapper(device, mr);
     return;
   }
-  replace_entry(device, device_resource{python_owned_resource{r.get(), mr}});
+  replace_entry(device, device_resource{python_owned_resource{r.get(), mr, true}});
 }
 
 /// Whether release_python_objects ran (nbrmm's atexit handler).
@@ -113,6 +113,7 @@ bool released_at_exit = false;
 void release_python_objects()
 {
   released_at_exit = true;
+  history::clear();  // stops recording; lets go of the code objects it refers to
   std::vector<device_resource> dropped;
   device_map::for_each([&dropped](int, device_resource& entry) {
     auto const* owned = cuda::mr::resource_cast<python_owned_resource>(&entry);

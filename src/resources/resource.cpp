@@ -500,6 +500,40 @@ void set_resource_type(PyTypeObject* type) noexcept { resource_type = type; }
 // Blocks
 // ------------------------------------------------------------------------------------
 
+namespace {
+/// The device a C++ caller allocates on through the map entry (the current one).
+int entry_device() noexcept
+{
+  try {
+    return current_device();
+  } catch (...) {
+    return -1;
+  }
+}
+}  // namespace
+
+void* python_owned_resource::allocate_recorded(cuda::stream_ref stream, std::size_t bytes,
+                                               std::size_t alignment)
+{
+  int const device = entry_device();
+  void* ptr        = nullptr;
+  try {
+    history::nested_call const nested;
+    ptr = inner_.allocate(stream, bytes, alignment);
+  } catch (...) {
+    history::failed(bytes, device, stream.get(), history::source::native);
+    throw;
+  }
+  history::allocated(ptr, bytes, device, stream.get(), history::source::native);
+  return ptr;
+}
+
+void python_owned_resource::record_free(cuda::stream_ref stream, void const* ptr,
+                                        std::size_t bytes) noexcept
+{
+  history::freed(ptr, bytes, entry_device(), stream.get());
+}
+
 void detail::refuse_block(device_resource& res, cuda::stream_ref stream, block const& b)
 {
   if (b.raw != nullptr) { res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment); }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "core/device.hpp"
+#include "core/history.hpp"
 #include "core/py_owned.hpp"
 #include "resources/resource_base.hpp"
 
@@ -97,13 +98,39 @@ class python_resource : public resource_base<python_resource> {
 };
 
 /// A copy of a Python-made resource with a strong reference to its Python object (see the
-/// comment at the top). Also the entry nbrmm writes into librmm's per-device map, so that
-/// Python gets back the very object it set. Copies share one reference.
+/// comment at the top). Also the entry nbrmm writes into librmm's per-device map
+/// (`map_entry`), so that Python gets back the very object it set; the entry records what
+/// C++ allocates through it in the memory history. Copies share one reference.
 class python_owned_resource : public forwarding_resource<python_owned_resource> {
  public:
-  python_owned_resource(device_resource inner, nb::handle owner)
-    : inner_{std::move(inner)}, owner_{std::make_shared<py_owned>(owner)}
+  python_owned_resource(device_resource inner, nb::handle owner, bool map_entry = false)
+    : inner_{std::move(inner)}, owner_{std::make_shared<py_owned>(owner)}, map_entry_{map_entry}
   {
+  }
+
+  void* allocate(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment)
+  {
+    if (!map_entry_ || !history::recording()) [[likely]] {
+      return inner_.allocate(stream, bytes, alignment);
+    }
+    return allocate_recorded(stream, bytes, alignment);
+  }
+  void deallocate(cuda::stream_ref stream, void* ptr, std::size_t bytes,
+                  std::size_t alignment) noexcept
+  {
+    if (map_entry_ && history::recording()) [[unlikely]] {
+      record_free(stream, ptr, bytes);
+    }
+    history::nested_call const nested;
+    inner_.deallocate(stream, ptr, bytes, alignment);
+  }
+  void* allocate_sync(std::size_t bytes, std::size_t alignment)
+  {
+    return allocate(cuda::stream_ref{cudaStream_t{nullptr}}, bytes, alignment);
+  }
+  void deallocate_sync(void* ptr, std::size_t bytes, std::size_t alignment) noexcept
+  {
+    deallocate(cuda::stream_ref{cudaStream_t{nullptr}}, ptr, bytes, alignment);
   }
 
   bool operator==(python_owned_resource const& o) const noexcept { return inner_ == o.inner_; }
@@ -115,8 +142,12 @@ class python_owned_resource : public forwarding_resource<python_owned_resource> 
   [[nodiscard]] std::weak_ptr<py_owned> group() const noexcept { return owner_; }
 
  private:
+  void* allocate_recorded(cuda::stream_ref stream, std::size_t bytes, std::size_t alignment);
+  static void record_free(cuda::stream_ref stream, void const* ptr, std::size_t bytes) noexcept;
+
   device_resource inner_;
   std::shared_ptr<py_owned> owner_;
+  bool map_entry_{false};
 };
 
 /// The resource inside a python_owned_resource, or `res` itself.
@@ -355,10 +386,11 @@ namespace detail {
 }  // namespace detail
 
 /// Allocates `bytes` bytes aligned to `alignment` (a power of two, checked with
-/// check_request) from `res`, ordered on `stream`. Call without the GIL. (Inline: it is on
-/// the path of every allocation.)
+/// check_request) from `res` (serving `device`, -1 if unknown), ordered on `stream`, and
+/// records it in the memory history. Call without the GIL. (Inline: it is on the path of
+/// every allocation.)
 inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::size_t bytes,
-                            std::size_t alignment)
+                            std::size_t alignment, int device)
 {
   block b;
   if (bytes == 0) { return b; }
@@ -369,12 +401,19 @@ inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::
     b.raw_alignment = default_alignment;
     b.raw_bytes     = bytes + (alignment - default_alignment);
   }
-  b.raw          = res.allocate(stream, b.raw_bytes, b.raw_alignment);
+  try {
+    history::nested_call const nested;
+    b.raw = res.allocate(stream, b.raw_bytes, b.raw_alignment);
+  } catch (...) {
+    history::failed(bytes, device, stream.get(), history::source::nbrmm);
+    throw;
+  }
   auto const raw = reinterpret_cast<std::uintptr_t>(b.raw);
   if (b.raw == nullptr || raw % b.raw_alignment != 0) [[unlikely]] {
     detail::refuse_block(res, stream, b);
   }
   b.data = reinterpret_cast<void*>((raw + (alignment - 1)) & ~(std::uintptr_t{alignment} - 1));
+  history::allocated(b.data, bytes, device, stream.get(), history::source::nbrmm);
   return b;
 }
 
@@ -384,6 +423,8 @@ inline void free_block(device_resource& res, cuda::stream_ref stream, block cons
                        int device) noexcept
 {
   if (b.raw == nullptr) { return; }
+  history::freed(b.data, b.raw_bytes, device, stream.get());
+  history::nested_call const nested;
   device_scope const on_device{device};
   res.deallocate(stream, b.raw, b.raw_bytes, b.raw_alignment);
 }

@@ -27,6 +27,7 @@ from nbrmm import _nbrmm
 from nbrmm._args import check_size as _check_size
 from nbrmm._nbrmm import Stream  # rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
+from nbrmm.memory import _register_hook
 
 if TYPE_CHECKING:
     from nbrmm._typing import CudaStreamLike
@@ -242,6 +243,10 @@ else:
         "ModuleNotFoundError).",
     )
     Memory = None
+
+
+# The memory history attributes what this hook allocates to CuPy.
+_register_hook(CupyAllocator.__call__, "cupy")
 
 
 def _uninstall_at_exit() -> None:

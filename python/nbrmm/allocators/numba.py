@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbrmm.allocators import _Missing
+from nbrmm.memory import _register_hook
 
 # Numba has no type information: its classes (the manager's base included) are Any.
 _missing: _Missing | None = None
@@ -143,6 +144,10 @@ class RMMNumbaManager(HostOnlyCUDAMemoryManager):  # type: ignore[misc]  # a bas
     def interface_version(self) -> int:
         """The EMM interface version implemented (1)."""
         return 1
+
+
+# The memory history attributes what this manager allocates to Numba.
+_register_hook(RMMNumbaManager.memalloc, "numba")
 
 
 def numba_manager(mr: _DeviceMemoryResource | None = None) -> type[RMMNumbaManager]:

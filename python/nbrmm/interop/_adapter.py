@@ -11,6 +11,7 @@ import cuda.core as cc
 import nbrmm
 from nbrmm import mr as nbrmm_mr
 from nbrmm.interop._args import check_ptr, check_size, stream_handle, type_name
+from nbrmm.memory import _register_hook
 from nbrmm.interop._streams import CUDA_CORE_STREAM_TYPES, to_cuda_core_stream
 
 if TYPE_CHECKING:
@@ -339,3 +340,7 @@ def _give_back(
             mr.deallocate(ptr, size, nbrmm.DEFAULT_STREAM)
         except Exception:  # noqa: BLE001 - freed after all, or lost with the first error
             pass
+
+
+# The memory history attributes what this adapter allocates to cuda.core.
+_register_hook(NbrmmMemoryResource.allocate, "cuda.core")

@@ -1,0 +1,406 @@
+"""nbrmm.memory: the allocation history, tags, snapshots and out-of-memory reports, over
+host-memory resources (the CPU suite) and, with the ``gpu`` marker, CuPy, PyTorch and
+cuda.core sharing one pool on the device."""
+
+import gc
+import os
+import threading
+
+import pytest
+
+import nbrmm
+import nbrmm.memory as memory
+import nbrmm.mr
+from helpers import HostHeap, run_python, run_threads
+
+HERE = os.path.abspath(__file__)
+
+
+@pytest.fixture
+def heap():
+    return HostHeap()
+
+
+@pytest.fixture
+def host(heap):
+    return heap.resource()
+
+
+@pytest.fixture(autouse=True)
+def _stop_recording():
+    yield
+    memory.record_history(False)
+
+
+def events(snap, action=None):
+    return [e for e in snap.events if action is None or e.action == action]
+
+
+def test_records_allocations_and_frees_with_frames(host):
+    memory.record_history()
+    assert memory.is_recording()
+    buf = nbrmm.Buffer(1000, mr=host)
+    ptr = buf.ptr
+    snap = memory.snapshot()
+    (alloc,) = events(snap)
+    assert (alloc.action, alloc.address, alloc.size, alloc.device) == ("alloc", ptr, 1000, -1)
+    assert (alloc.tag, alloc.library, alloc.before_recording) == ("nbrmm", "nbrmm", False)
+    top = alloc.frames[0]
+    assert top.filename == HERE and top.name == "test_records_allocations_and_frees_with_frames"
+    assert [(a.address, a.size) for a in snap.allocations] == [(ptr, 1000)]
+    assert snap.allocations[0].site == top
+    del buf
+    snap = memory.snapshot()
+    assert [(e.action, e.address, e.size, e.tag) for e in snap.events] == [
+        ("alloc", ptr, 1000, "nbrmm"),
+        ("free", ptr, 1000, "nbrmm"),
+    ]
+    assert snap.allocations == ()
+    assert all(e.time_ns > 0 for e in snap.events)
+    assert snap.events[0].time_ns <= snap.events[1].time_ns
+
+
+def test_every_nbrmm_entry_point_is_recorded(host):
+    memory.record_history()
+    current = nbrmm.Buffer(100, mr=host)  # explicit
+    nbrmm.mr.set_current_device_resource(host)
+    assert nbrmm.mr.get_current_device_resource() is host  # recording keeps identity
+    implicit = nbrmm.Buffer(200)  # the current resource, read at call time
+    legacy = nbrmm.DeviceBuffer(size=300, mr=host)
+    raw = host.allocate(400)
+    legacy.resize(0)
+    legacy.reserve(3000)  # a new block (nothing to copy), the old one freed
+    host.deallocate(raw, 400)
+    sizes = [(e.action, e.size) for e in memory.snapshot().events]
+    assert sizes == [
+        ("alloc", 100),
+        ("alloc", 200),
+        ("alloc", 300),
+        ("alloc", 400),
+        ("alloc", 3000),
+        ("free", 300),
+        ("free", 400),
+    ]
+    assert {a.size for a in memory.snapshot().allocations} == {100, 200, 3000}
+    del current, implicit, legacy
+
+
+def test_memory_allocated_before_recording_is_reported_as_such(host, heap):
+    early = nbrmm.Buffer(512, mr=host)
+    memory.record_history()
+    late = nbrmm.Buffer(64, mr=host)
+    del early
+    snap = memory.snapshot()
+    free = events(snap, "free")[0]
+    assert free.before_recording and free.size == 512 and free.tag == "unknown"
+    assert [a.size for a in snap.allocations] == [64]  # never a negative count
+    assert sum(a.size for a in snap.allocations) == 64
+    del late
+
+
+def test_stopping_keeps_the_history_and_starting_again_drops_it(host):
+    memory.record_history()
+    a = nbrmm.Buffer(10, mr=host)
+    memory.record_history(False)
+    assert not memory.is_recording()
+    b = nbrmm.Buffer(20, mr=host)
+    assert [e.size for e in memory.snapshot().events] == [10]
+    memory.record_history()
+    assert memory.snapshot().events == ()
+    c = nbrmm.Buffer(30, mr=host)
+    assert [e.size for e in memory.snapshot().events] == [30]
+    del a, b, c
+
+
+def test_reconfiguring_while_recording_keeps_the_history(host):
+    memory.record_history(stacks="none")
+    a = nbrmm.Buffer(10, mr=host)
+    memory.record_history(max_events=5)
+    b = nbrmm.Buffer(20, mr=host)
+    snap = memory.snapshot()
+    assert [e.size for e in snap.events] == [10, 20]
+    assert snap.events[0].frames == () and snap.events[1].frames != ()
+    del a, b
+
+
+def test_stacks_none_records_no_frames(host):
+    memory.record_history(stacks="none")
+    buf = nbrmm.Buffer(10, mr=host)
+    assert memory.snapshot().events[0].frames == ()
+    del buf
+
+
+def test_max_events_keeps_the_newest_and_counts_the_rest(host):
+    memory.record_history(max_events=3)
+    bufs = [nbrmm.Buffer(n + 1, mr=host) for n in range(5)]
+    snap = memory.snapshot()
+    assert [e.size for e in snap.events] == [3, 4, 5]
+    assert snap.dropped_events == 2
+    assert len(snap.allocations) == 5  # live allocations are all kept
+    memory.record_history(max_events=0)
+    del bufs[0]
+    assert memory.snapshot().dropped_events == 6
+    del bufs
+
+
+def test_tags_nest_and_belong_to_their_thread(host):
+    memory.record_history()
+    with memory.tag("outer"):
+        a = nbrmm.Buffer(1, mr=host)
+        with memory.tag("inner"):
+            assert memory.current_tag() == "inner"
+            b = nbrmm.Buffer(2, mr=host)
+        c = nbrmm.Buffer(3, mr=host)
+    d = nbrmm.Buffer(4, mr=host)
+    assert memory.current_tag() is None
+    assert [(e.size, e.tag) for e in memory.snapshot().events] == [
+        (1, "outer"),
+        (2, "inner"),
+        (3, "outer"),
+        (4, "nbrmm"),
+    ]
+    del a, b, c
+    frees = {e.size: e.tag for e in events(memory.snapshot(), "free")}
+    assert frees == {1: "outer", 2: "inner", 3: "outer"}  # a free carries its allocation's
+    del d
+
+
+def test_tags_from_many_threads(host):
+    memory.record_history(stacks="none")
+    barrier = threading.Barrier(6)
+
+    def work(k):
+        with memory.tag(f"thread-{k}"):
+            barrier.wait()
+            kept = [nbrmm.Buffer(k + 1, mr=host) for _ in range(50)]
+            assert memory.current_tag() == f"thread-{k}"
+        del kept
+
+    assert run_threads(work, 6) == []
+    allocs = events(memory.snapshot(), "alloc")
+    assert len(allocs) == 300
+    assert all(e.tag == f"thread-{e.size - 1}" for e in allocs)
+    assert memory.snapshot().bytes_by_tag() == {}
+
+
+def test_tag_is_a_decorator_and_reentrant(host):
+    memory.record_history()
+    t = memory.tag("fn")
+
+    @t
+    def make(n):
+        return nbrmm.Buffer(n, mr=host)
+
+    with t:
+        inner = make(8)
+    outer = make(9)
+    assert [(e.size, e.tag) for e in memory.snapshot().events] == [(8, "fn"), (9, "fn")]
+    assert repr(t) == "nbrmm.memory.tag('fn')"
+    del inner, outer
+
+
+def test_snapshot_totals_by_tag_and_site(host):
+    memory.record_history()
+    with memory.tag("a"):
+        x = [nbrmm.Buffer(100, mr=host) for _ in range(3)]
+    y = nbrmm.Buffer(1000, mr=host)
+    snap = memory.snapshot()
+    assert snap.bytes_by_tag() == {"nbrmm": 1000, "a": 300}
+    sites = snap.bytes_by_site()
+    assert list(sites.values()) == [1000, 300]
+    assert all(s.filename == HERE for s in sites)
+    del x, y
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"max_events": -1}, ValueError, "max_events: must be 0 or more, got -1"),
+        ({"max_events": 2**64}, ValueError, "max_events: must be less than 2"),
+        ({"max_events": 1.5}, TypeError, "max_events: expected an int, got float"),
+        ({"max_events": None}, TypeError, "max_events: expected an int, got NoneType"),
+        ({"stacks": "all"}, ValueError, "stacks: expected 'python' or 'none', got 'all'"),
+        ({"stacks": None}, TypeError, "stacks: expected 'python' or 'none', got NoneType"),
+        ({"enabled": 1}, TypeError, "enabled: expected a bool, got int"),
+        ({"enabled": None}, TypeError, "enabled: expected a bool, got NoneType"),
+        ({"device": "0"}, TypeError, "device: expected an int or a sequence of ints, got str"),
+        ({"device": -1}, ValueError, "device: device -1 does not exist"),
+        ({"device": 2**64}, ValueError, "device: device 18446744073709551616 does not exist"),
+        ({"device": [0, 99]}, ValueError, "device: device 99 does not exist"),
+    ],
+)
+def test_bad_arguments_name_the_parameter_and_change_nothing(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        memory.record_history(**kwargs)
+    assert not memory.is_recording()
+
+
+@pytest.mark.parametrize("name", [None, 1, b"x", ["x"]])
+def test_a_tag_must_be_a_str(name):
+    with pytest.raises(TypeError, match=f"name: expected a str, got {type(name).__name__}"):
+        memory.tag(name)
+
+
+def test_the_current_resource_stays_the_object_set(host):
+    nbrmm.mr.set_current_device_resource(host)
+    memory.record_history()
+    assert nbrmm.mr.get_current_device_resource() is host
+    stats = nbrmm.mr.StatisticsResourceAdaptor(host)
+    nbrmm.mr.set_current_device_resource(stats)
+    assert nbrmm.mr.get_current_device_resource() is stats
+    memory.record_history(False)
+    assert nbrmm.mr.get_current_device_resource() is stats
+
+
+def test_a_cpp_caller_of_the_current_resource_is_recorded_as_native(host, heap):
+    from extensions import cpp_ext
+
+    nbrmm.mr.set_current_device_resource(host)
+    memory.record_history()
+    with memory.tag("etl"):
+        buf = cpp_ext.allocate_from_current(4096)  # C++: rmm::device_buffer, current resource
+    plain = cpp_ext.allocate_from_current(100)
+    snap = memory.snapshot()
+    native = events(snap, "alloc")
+    assert [(e.size, e.library, e.tag) for e in native] == [
+        (4096, "native", "etl"),
+        (100, "native", "native"),
+    ]
+    assert native[0].address == buf.ptr
+    assert native[0].frames and native[0].frames[0].filename == HERE  # the Python caller
+    del buf, plain
+    gc.collect()
+    frees = events(memory.snapshot(), "free")
+    assert sorted(e.size for e in frees) == [100, 4096]
+    assert not any(e.before_recording for e in frees)
+    assert memory.snapshot().allocations == ()
+    assert heap.bytes_in_use == 0
+
+
+def test_cuda_core_allocations_are_tagged_cuda_core(heap):
+    interop = pytest.importorskip("nbrmm.interop")
+    adapter = interop.to_cuda_core_memory_resource(
+        heap.resource(), is_device_accessible=False, is_host_accessible=True
+    )
+    memory.record_history()
+    buf = adapter.allocate(4096, stream=nbrmm.DEFAULT_STREAM)
+    (alloc,) = events(memory.snapshot(), "alloc")
+    assert (alloc.size, alloc.library, alloc.tag) == (4096, "cuda.core", "cuda.core")
+    buf.close()
+    assert [e.action for e in memory.snapshot().events] == ["alloc", "free"]
+
+
+# --------------------------------------------------------------------------------------
+# Out-of-memory reports
+# --------------------------------------------------------------------------------------
+
+
+def test_out_of_memory_from_a_limiting_adaptor_says_what_holds_the_memory(host):
+    limited = nbrmm.mr.LimitingResourceAdaptor(host, allocation_limit="4KiB")
+    kept = nbrmm.Buffer(3072, mr=limited)
+    with pytest.raises(nbrmm.OutOfMemory) as info:
+        nbrmm.Buffer(2048, mr=limited)
+    message = str(info.value)
+    assert "asked LimitingResourceAdaptor for 2.0 KiB on no device (host memory)" in message
+    assert (
+        "resource chain: LimitingResourceAdaptor (in use 3.0 KiB, limit 4.0 KiB) -> "
+        "CallbackMemoryResource" in message
+    )
+    assert "record_history()" in message  # how to learn more
+    report = info.value.report
+    assert (report.requested, report.resource, report.recording) == (
+        2048,
+        "LimitingResourceAdaptor",
+        False,
+    )
+    assert [r.name for r in report.chain] == ["LimitingResourceAdaptor", "CallbackMemoryResource"]
+    assert str(report).startswith(report.reason)
+    del kept
+
+
+def test_out_of_memory_while_recording_names_tags_and_call_sites(host):
+    pool = nbrmm.mr.PoolMemoryResource(host, initial_pool_size="64KiB", maximum_pool_size="64KiB")
+    memory.record_history()
+    with memory.tag("model"):
+        weights = nbrmm.Buffer("40KiB", mr=pool)
+    scratch = nbrmm.Buffer("16KiB", mr=pool)
+    with pytest.raises(MemoryError) as info:
+        pool.allocate(32 * 1024)
+    assert isinstance(info.value, nbrmm.OutOfMemory)
+    message = str(info.value)
+    assert "resource chain: PoolMemoryResource (pool 64.0 KiB) -> CallbackMemoryResource" in message
+    assert "live bytes by tag: model 40.0 KiB, nbrmm 16.0 KiB" in message
+    assert f"{HERE}:" in message  # the call sites
+    report = info.value.report
+    assert report.bytes_by_tag == {"model": 40 * 1024, "nbrmm": 16 * 1024}
+    assert report.chain[0].pool_size == 64 * 1024
+    failed = events(memory.snapshot(), "failed_alloc")
+    assert [(e.size, e.address) for e in failed] == [(32 * 1024, 0)]
+    del weights, scratch
+
+
+def test_a_python_resource_memory_error_goes_on_unchanged():
+    def allocate(nbytes, stream):
+        raise MemoryError("mine")
+
+    mr = nbrmm.mr.CallbackMemoryResource(allocate, lambda p, n, s: None)
+    with pytest.raises(MemoryError, match="^mine$") as info:
+        nbrmm.Buffer(10, mr=mr)
+    assert not hasattr(info.value, "report")
+
+
+# --------------------------------------------------------------------------------------
+# Threads and exit
+# --------------------------------------------------------------------------------------
+
+
+def test_recording_on_and_off_while_threads_allocate(host, heap):
+    stop = threading.Event()
+
+    def work(k):
+        while not stop.is_set():
+            with memory.tag(f"t{k}"):
+                bufs = [nbrmm.Buffer(256, mr=host) for _ in range(20)]
+            del bufs
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(200):
+            memory.record_history(i % 2 == 0, stacks="python" if i % 4 else "none")
+            memory.snapshot()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    memory.record_history(False)
+    snap = memory.snapshot()
+    assert all(e.size == 256 for e in snap.events)
+    assert heap.bytes_in_use == 0
+
+
+def test_exit_while_recording_with_threads_allocating():
+    proc = run_python(
+        """
+        import sys, threading
+        sys.path.insert(0, TESTS)
+        import nbrmm, nbrmm.memory
+        from helpers import HostHeap
+        host = HostHeap().resource()
+        nbrmm.memory.record_history()
+        def work():
+            while True:
+                with nbrmm.memory.tag("busy"):
+                    b = nbrmm.Buffer(1024, mr=host)
+                del b
+        for _ in range(3):
+            threading.Thread(target=work, daemon=True).start()
+        kept = nbrmm.Buffer(4096, mr=host)
+        print("started", flush=True)
+        """.replace("TESTS", repr(os.path.dirname(HERE)))
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "started" in proc.stdout
+    assert "leak" not in proc.stderr.lower(), proc.stderr
