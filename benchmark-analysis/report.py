@@ -47,6 +47,9 @@ PAIRED_RATIO_TARGETS = {
     "cupy_empty": (("cupy", 1.10, "CuPy's MemoryPool"), ("rmm", None, "rmm's rmm_cupy_allocator")),
     "torch_empty_hook": (("torch", 1.12, "torch's caching allocator"),),
     "torch_empty": (("torch", None, "torch's caching allocator"),),
+    "memory_history": (
+        ("torch_history", 1.0, "torch's caching allocator recording its history (stacks=python)"),
+    ),
     "cuda_core_allocate": (("cuda.core", 1.25, "cuda.core's default device memory resource"),),
     "dask_cupy": (("rmm", W1_TIME_TARGET, "dask-cuda's rmm_pool_size over rmm 26.10"),),
 }
@@ -55,6 +58,10 @@ PAIRED_RATIO_TARGETS = {
 PAIRED_INFO_REFERENCES = {
     "torch_empty_hook": (
         ("pluggable_floor", "the hook over a host heap: torch's pluggable-allocator floor"),
+    ),
+    "memory_history": (
+        ("hook", "nbrmm's hook, not recording"),
+        ("caching", "torch's caching allocator, not recording"),
     ),
     "cuda_core_allocate": (
         ("python_mr_floor", "a cuda.core MemoryResource in Python that allocates nothing"),
@@ -69,6 +76,7 @@ PAIRED_SUBJECTS = {
     "torch_empty": "`torch.empty(256)`, nbrmm hook in a MemPool over arena",
     "dask_cupy": "dask.array + CuPy pipeline on a dask-cuda worker, nbrmm's plugin over a pool",
     "get_current": "`get_current_device_resource()`",
+    "memory_history": "`torch.empty(256)`, nbrmm hook over arena, nbrmm recording its history (stacks=python)",
     "cuda_core_allocate": "cuda.core `allocate(256)` + `close()`, nbrmm arena as its resource",
 }
 

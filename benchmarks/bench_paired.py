@@ -37,6 +37,13 @@ and the target (``target``):
     itself costs, and a ``MemoryResource`` written in Python that hands out one block it
     holds (``python_mr_floor``) what cuda.core itself costs for any resource written in
     Python.
+``memory_history``
+    ``torch.empty(256)`` + free while the memory history records Python stacks: nbrmm's
+    hook as torch's allocator with ``nbrmm.memory.record_history(stacks="python")``,
+    beside torch's caching allocator with its own recorder
+    (``torch.cuda.memory._record_memory_history(stacks="python")``) (target: at most
+    1.0x), each in a worker process as for ``torch_empty_hook``; the same two without
+    recording show what each recorder adds.
 ``torch_empty_hook``
     The same call as ``torch_empty`` with nbrmm's hook as torch's allocator, so that every
     allocation and free goes through it, beside torch's caching allocator (guard: at most
@@ -366,19 +373,28 @@ def bench_paired_torch_empty_hook(request):
     allocator and beside the same hook over a host heap, each in a worker process, batch
     for batch. The result joins this run's JSON (conftest.py), with the reference medians
     as in the other paired cases."""
+    # Started in the order they take their turns in: the subject last.
+    _torch_workers_paired(
+        request,
+        {"pluggable_floor": "hook-host", "torch": "caching", "nbrmm": "hook"},
+        "torch_empty_hook",
+    )
+
+
+def _torch_workers_paired(request, modes, target):
+    """Times ``torch.empty`` batches in one worker process per mode (``{name: mode}``,
+    in turn, the subject ``nbrmm`` last) and adds the result to this run's JSON."""
     pytest.importorskip("torch")
     if request.config.getoption("benchmark_disable", False):
         pytest.skip("timed only when benchmarks run")
     cpu = max(os.sched_getaffinity(0))  # every worker's turns on the same core
     workers = {}
     try:
-        # Started in the order they take their turns in: the subject last.
-        workers["pluggable_floor"] = _TorchWorker("hook-host", cpu)
-        workers["torch"] = _TorchWorker("caching", cpu)
-        workers["nbrmm"] = _TorchWorker("hook", cpu)
+        for name, mode in modes.items():
+            workers[name] = _TorchWorker(mode, cpu)
         samples = {name: [] for name in workers}
         for round_ in range(WARMUP_ROUNDS + ROUNDS):
-            for name, worker in workers.items():  # the references, then the subject
+            for name, worker in workers.items():
                 ns = worker.batch()
                 if round_ >= WARMUP_ROUNDS:
                     samples[name].append(ns)
@@ -389,15 +405,32 @@ def bench_paired_torch_empty_hook(request):
     info = {
         "case": "paired",
         "impl": "nbrmm",
-        "target": "torch_empty_hook",
+        "target": target,
         "resource": "arena",
         "size": NBYTES,
         "ops": BATCH,
         "reference_ns": {
-            name: statistics.median(samples[name]) for name in ("torch", "pluggable_floor")
+            name: statistics.median(values) for name, values in samples.items() if name != "nbrmm"
         },
     }
     seconds = [ns * BATCH / 1e9 for ns in samples["nbrmm"]]
-    group = f"paired torch.empty hook {size_id(NBYTES)}"
+    group = f"paired {target} {size_id(NBYTES)}"
     request.config.nbrmm_child_benchmarks.append(
         benchmark_entry(request.node.nodeid, group, seconds, info))
+
+
+@pytest.mark.gpu
+def bench_paired_memory_history(request):
+    """``torch.empty`` while recording the memory history with Python stacks: nbrmm's
+    hook and recorder beside torch's caching allocator and recorder (and both without
+    recording)."""
+    _torch_workers_paired(
+        request,
+        {
+            "caching": "caching",
+            "hook": "hook",
+            "torch_history": "caching-history",
+            "nbrmm": "hook-history",
+        },
+        "memory_history",
+    )

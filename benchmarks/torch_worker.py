@@ -5,12 +5,15 @@ comparing nbrmm's hook as torch's allocator with torch's caching allocator takes
 process for each. The benchmark starts one worker per mode and has them time a batch in
 turn.
 
-    python benchmarks/torch_worker.py caching|hook|hook-host BATCH NBYTES [CPU]
+    python benchmarks/torch_worker.py MODE BATCH NBYTES [CPU]
 
 ``caching`` keeps torch's caching allocator; ``hook`` makes nbrmm's hook over an arena
 torch's allocator; ``hook-host`` makes it the hook over a host-heap resource (malloc and
 free), which measures the floor of torch's pluggable-allocator path: ``torch.empty``
-never touches the memory it gets. With ``CPU``, the worker runs on that CPU only (the
+never touches the memory it gets. ``caching-history`` and ``hook-history`` are
+``caching`` and ``hook`` while recording the memory history with Python stacks: torch's
+own recorder (``torch.cuda.memory._record_memory_history(stacks="python")``) and nbrmm's
+(``nbrmm.memory.record_history(stacks="python")``), each keeping 100,000 events. With ``CPU``, the worker runs on that CPU only (the
 benchmark gives every worker the same one, so that their turns see the same core).
 
 The worker prints ``ready`` once it is warm. Then, for every line ``batch`` on its stdin,
@@ -29,6 +32,8 @@ def main(mode, batch_size, nbytes, cpu=None):
         os.sched_setaffinity(0, {cpu})
     import torch
 
+    history = mode.endswith("-history")
+    mode = mode.removesuffix("-history")
     if mode in ("hook", "hook-host"):
         import nbrmm
         from nbrmm.allocators.torch import torch_allocator
@@ -46,6 +51,14 @@ def main(mode, batch_size, nbytes, cpu=None):
         torch.cuda.memory.change_current_allocator(torch_allocator(mr))
     elif mode != "caching":
         raise SystemExit(f"unknown mode {mode!r}")
+    if history and mode == "caching":
+        torch.cuda.memory._record_memory_history(
+            enabled="all", stacks="python", max_entries=100_000
+        )
+    elif history:
+        import nbrmm.memory
+
+        nbrmm.memory.record_history(stacks="python", max_events=100_000)
     empty, uint8 = torch.empty, torch.uint8
 
     def batch():

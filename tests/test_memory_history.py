@@ -404,3 +404,111 @@ def test_exit_while_recording_with_threads_allocating():
     assert proc.returncode == 0, proc.stderr
     assert "started" in proc.stdout
     assert "leak" not in proc.stderr.lower(), proc.stderr
+
+
+# --------------------------------------------------------------------------------------
+# On the device: CuPy, PyTorch and cuda.core through one pool
+# --------------------------------------------------------------------------------------
+
+_SHARED_POOL = r"""
+import json, sys
+import cupy, torch
+import cuda.core as cc
+import nbrmm, nbrmm.memory as memory, nbrmm.mr
+from nbrmm.allocators.cupy import rmm_cupy_allocator
+from nbrmm.allocators.torch import rmm_torch_allocator
+import nbrmm.interop as interop
+
+cc.Device(0).set_current()
+pool = nbrmm.mr.PoolMemoryResource(
+    nbrmm.mr.CudaMemoryResource(), initial_pool_size="256MiB", maximum_pool_size="512MiB"
+)
+nbrmm.mr.set_current_device_resource(pool)
+cupy.cuda.set_allocator(rmm_cupy_allocator)
+torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
+adapter = interop.NbrmmMemoryResource(pool)
+memory.record_history()
+x = cupy.zeros(1 << 20, dtype=cupy.uint8)
+t = torch.zeros(1 << 21, dtype=torch.uint8, device="cuda")
+with memory.tag("features"):
+    y = cupy.ones(3 << 20, dtype=cupy.uint8)
+    u = torch.ones(4 << 20, dtype=torch.uint8, device="cuda")
+stream = cc.Device(0).create_stream()
+b = adapter.allocate(5 << 20, stream=stream)
+n = nbrmm.Buffer(6 << 20)
+torch.cuda.synchronize()
+snap = memory.snapshot()
+out = {
+    "live": sorted((a.library, a.tag, a.size) for a in snap.allocations),
+    "by_tag": snap.bytes_by_tag(),
+    "chain": [(r.name, r.pool_size) for r in snap.resources if r.device == 0],
+    "sites": [str(a.site) for a in snap.allocations],
+}
+errors = {}
+try:
+    cupy.empty(1 << 30, dtype=cupy.uint8)
+except cupy.cuda.memory.OutOfMemoryError as e:
+    errors["cupy"] = str(e)
+try:
+    torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError as e:
+    errors["torch"] = type(e).__name__
+try:
+    nbrmm.Buffer(1 << 30)
+except nbrmm.OutOfMemory as e:
+    errors["nbrmm"] = str(e)
+out["errors"] = errors
+out["failed"] = sorted((e.library, e.size) for e in memory.snapshot().events if e.action == "failed_alloc")
+snap.dump(sys.argv[1])
+from torch.cuda import _memory_viz
+import pickle
+with open(sys.argv[1], "rb") as f:
+    data = pickle.load(f)
+out["trace_plot"] = len(_memory_viz.trace_plot(data))
+out["segment_plot"] = len(_memory_viz.segment_plot(data))
+b.close(stream)
+del x, y, t, u, n
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.gpu
+def test_cupy_torch_and_cuda_core_share_a_recorded_pool(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("cupy")
+    pytest.importorskip("torch")
+    pytest.importorskip("cuda.core")
+    dump = tmp_path / "memory.pickle"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SHARED_POOL, str(dump)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    mib = 1 << 20
+    assert [tuple(x) for x in out["live"]] == sorted(
+        [
+            ("cupy", "cupy", 1 * mib),
+            ("torch", "torch", 2 * mib),
+            ("cupy", "features", 3 * mib),
+            ("torch", "features", 4 * mib),
+            ("cuda.core", "cuda.core", 5 * mib),
+            ("nbrmm", "nbrmm", 6 * mib),
+        ]
+    )
+    assert out["by_tag"]["features"] == 7 * mib
+    assert out["chain"] == [["PoolMemoryResource", 256 * mib], ["CudaMemoryResource", None]]
+    assert all("<string>" in s for s in out["sites"]), out["sites"]  # the script's lines
+    # Out of memory: each framework's own error; CuPy's and nbrmm's carry the report.
+    assert "resource chain: PoolMemoryResource" in out["errors"]["cupy"]
+    assert "live bytes by tag: " in out["errors"]["cupy"]
+    assert out["errors"]["torch"] == "OutOfMemoryError"
+    assert "asked PoolMemoryResource for 1.0 GiB on device 0" in out["errors"]["nbrmm"]
+    assert {lib for lib, _ in out["failed"]} >= {"cupy", "torch", "nbrmm"}
+    assert out["trace_plot"] > 1000 and out["segment_plot"] > 1000
+    assert dump.stat().st_size > 0

@@ -175,7 +175,7 @@ class CupyAllocator:
         except MemoryError as error:
             if isinstance(error, _OutOfMemoryError):
                 raise
-            raise _OutOfMemoryError(nbytes, -1) from error
+            raise _cupy_out_of_memory(nbytes, error) from error
         return _MemoryPointer(_UnownedMemory(ptr, nbytes, owner, device), 0)
 
     @property
@@ -243,6 +243,17 @@ else:
         "ModuleNotFoundError).",
     )
     Memory = None
+
+
+def _cupy_out_of_memory(nbytes: int, error: MemoryError) -> Exception:
+    """CuPy's OutOfMemoryError for ``nbytes``, with nbrmm's out-of-memory report (what the
+    resource chain and the memory history hold) in its message where ``error`` has one."""
+    oom = _OutOfMemoryError(nbytes, -1)
+    report = getattr(error, "report", None)
+    if report is not None:
+        oom.args = ("\n".join([str(oom.args[0]) if oom.args else "", *report.lines()]),)
+        oom.report = report
+    return oom
 
 
 # The memory history attributes what this hook allocates to CuPy.
