@@ -207,3 +207,18 @@ def numba_round_trip(nbytes):
     manager = type(cuda.current_context().memory_manager).__name__
     del d
     return {"ok": ok, "counted": counted, "manager": manager}
+
+
+def tagged_buffer(tag, nbytes):
+    """A buffer of ``nbytes`` from the current resource, allocated under ``tag`` (kept in
+    ``HELD`` under the tag's name)."""
+    import nbrmm.memory
+
+    with nbrmm.memory.tag(tag):
+        HELD[tag] = nbrmm.Buffer(nbytes)
+    return nbytes
+
+
+def release_if_held(name):
+    """Drop ``HELD[name]`` if this worker holds it."""
+    HELD.pop(name, None)

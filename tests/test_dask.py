@@ -41,6 +41,8 @@ from dask_helpers import (  # noqa: E402
     make_buffer,
     nbrmm_worker_metric,
     not_a_resource_factory,
+    release_if_held,
+    tagged_buffer,
     release,
     task_nbytes,
 )
@@ -677,6 +679,38 @@ def test_statistics_and_metrics_are_gathered(cluster):
     # Dask knows the results' sizes (dask.sizeof on the workers).
     assert client.run(task_nbytes, key=kept[0].key, workers=[a])[a] == 1000
     del kept
+
+
+def test_memory_by_tag_and_snapshots_from_every_worker(cluster, tmp_path):
+    import nbrmm.memory
+
+    cluster, client = cluster
+    client.register_plugin(NbrmmSetup(factory=host_heap_factory))
+    a, b = _two_workers(cluster, client)
+    assert nbrmm.dask.gather_memory_by_tag(client, frame=False) == []  # nothing recorded
+    client.run(nbrmm.memory.record_history)
+    try:
+        client.run(tagged_buffer, "load", 1000, workers=[a])
+        client.run(tagged_buffer, "load", 300, workers=[b])
+        client.run(tagged_buffer, "train", 4000, workers=[b])
+        rows = nbrmm.dask.gather_memory_by_tag(client, frame=False)
+        assert [(r["worker"], r["tag"], r["live_bytes"], r["live_count"]) for r in rows] == [
+            (a, "load", 1000, 1), (b, "load", 300, 1), (b, "train", 4000, 1)]
+        assert len({r["device"] for r in rows}) == 1  # the host heap's, on every worker
+        written = nbrmm.dask.dump_snapshots(client, str(tmp_path / "snap-{worker}.pickle"))
+        assert sorted(written) == [a, b]
+        for worker, path in written.items():
+            snap = nbrmm.memory.Snapshot.load(path)
+            tags = snap.bytes_by_tag()
+            assert tags == ({"load": 1000} if worker == a else {"train": 4000, "load": 300})
+        with pytest.raises(ValueError, match=r"path: must contain '\{worker\}'"):
+            nbrmm.dask.dump_snapshots(client, str(tmp_path / "one.pickle"))
+        with pytest.raises(TypeError, match="client: expected a distributed.Client, got int"):
+            nbrmm.dask.gather_memory_by_tag(1)
+    finally:
+        client.run(release_if_held, "load")
+        client.run(release_if_held, "train")
+        client.run(nbrmm.memory.record_history, False)
 
 
 def test_statistics_table_as_a_dataframe(cluster):

@@ -64,6 +64,19 @@ class DeviceInfo(TypedDict):
     pci_bus_id: int
 
 
+class TagRow(TypedDict):
+    """A row of ``nbrmm.dask.gather_memory_by_tag`` (and ``worker_memory_by_tag``): a Dask
+    worker, a device, a tag of its memory history, and the live bytes and allocations
+    recorded under that tag."""
+
+    worker: str | None
+    name: Any
+    device: int
+    tag: str
+    live_bytes: int
+    live_count: int
+
+
 class StatisticsRow(TypedDict):
     """A row of ``nbrmm.dask.gather_statistics`` (and ``worker_statistics``): a Dask
     worker, one of its devices, the class of the device's current resource, and the

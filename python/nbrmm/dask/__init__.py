@@ -33,9 +33,13 @@ except ImportError as exc:
 from nbrmm import _sizeof
 from nbrmm.dask import _protocol  # noqa: F401 - registers the serializers
 from nbrmm.dask._diagnostics import (
+    dump_snapshots,
+    dump_worker_snapshot,
+    gather_memory_by_tag,
     gather_statistics,
     memory_usage,
     nbrmm_metric,
+    worker_memory_by_tag,
     worker_statistics,
 )
 from nbrmm.dask._plugin import NbrmmSetup
@@ -44,8 +48,12 @@ _sizeof.register(_dask_sizeof.sizeof)
 
 __all__ = [
     "NbrmmSetup",
+    "dump_snapshots",
+    "dump_worker_snapshot",
+    "gather_memory_by_tag",
     "gather_statistics",
     "memory_usage",
     "nbrmm_metric",
+    "worker_memory_by_tag",
     "worker_statistics",
 ]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import nbrmm.mr as _mr
 from nbrmm import _nbrmm
-from nbrmm._typing import StatisticsRow
+from nbrmm._typing import StatisticsRow, TagRow
 
 if TYPE_CHECKING:
     import pandas as _pandas
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 #: Columns of :func:`gather_statistics`, in order.
 COLUMNS = tuple(StatisticsRow.__annotations__)
+#: Columns of :func:`gather_memory_by_tag`, in order.
+TAG_COLUMNS = tuple(TagRow.__annotations__)
 
 #: A worker metric: ``metric(worker)`` -> ``{name: bytes}``.
 _Metric = Callable[["Worker"], dict[str, int]]
@@ -187,6 +189,10 @@ def gather_statistics(
     ImportError
         If ``frame=True`` and pandas is not installed.
     """
+    return _gather(client, worker_statistics, frame, COLUMNS, ("worker", "device"))
+
+
+def _check_client(client: object, worker_function: str) -> None:
     from distributed import Client
 
     if not isinstance(client, Client):
@@ -194,8 +200,20 @@ def gather_statistics(
     if client.asynchronous:
         raise TypeError(
             "client: an asynchronous Client is not supported; use "
-            "`await client.run(nbrmm.dask.worker_statistics)`"
+            f"`await client.run(nbrmm.dask.{worker_function})`"
         )
+
+
+def _gather(
+    client: Client,
+    function: Callable[..., list[Any]],
+    frame: bool | None,
+    columns: tuple[str, ...],
+    order: tuple[str, ...],
+) -> Any:
+    """The rows ``function`` gives on every worker, sorted by ``order``: a DataFrame or a
+    list (``frame``, as in :func:`gather_statistics`)."""
+    _check_client(client, function.__name__)
     if frame is not None and not isinstance(frame, bool):
         raise TypeError(f"frame: expected True, False or None, got {type(frame).__name__}")
     data_frame: type[_pandas.DataFrame] | None = None
@@ -209,11 +227,130 @@ def gather_statistics(
                 ) from exc
         else:
             data_frame = DataFrame
-    by_worker: dict[str, list[StatisticsRow]] = client.run(worker_statistics)
+    by_worker: dict[str, list[Any]] = client.run(function)
     rows = sorted(
         (row for rows in by_worker.values() for row in rows),
-        key=lambda r: (str(r["worker"]), r["device"]),
+        key=lambda r: tuple(str(r[k]) if k == "worker" else r[k] for k in order),
     )
     if data_frame is None:
         return rows
-    return data_frame(rows, columns=list(COLUMNS))
+    return data_frame(rows, columns=list(columns))
+
+
+def worker_memory_by_tag(dask_worker: Worker | None = None) -> list[TagRow]:
+    """One row per device and tag of this process's memory history: the live bytes and
+    allocations recorded under the tag (none unless :func:`nbrmm.memory.record_history`
+    records here)."""
+    from nbrmm.memory import snapshot
+
+    totals: dict[tuple[int, str], list[int]] = {}
+    for a in snapshot().allocations:
+        entry = totals.setdefault((a.device, a.tag), [0, 0])
+        entry[0] += a.size
+        entry[1] += 1
+    return [
+        TagRow(
+            worker=getattr(dask_worker, "address", None),
+            name=getattr(dask_worker, "name", None),
+            device=device,
+            tag=tag,
+            live_bytes=live_bytes,
+            live_count=live_count,
+        )
+        for (device, tag), (live_bytes, live_count) in sorted(totals.items())
+    ]
+
+
+@overload
+def gather_memory_by_tag(client: Client, *, frame: Literal[False]) -> list[TagRow]: ...
+@overload
+def gather_memory_by_tag(client: Client, *, frame: Literal[True]) -> _pandas.DataFrame: ...
+@overload
+def gather_memory_by_tag(
+    client: Client, *, frame: bool | None = None
+) -> _pandas.DataFrame | list[TagRow]: ...
+
+
+def gather_memory_by_tag(
+    client: Client, *, frame: bool | None = None
+) -> _pandas.DataFrame | list[TagRow]:
+    """Every worker's live memory per tag, from its memory history.
+
+    Start recording on the workers first, e.g. ``client.run(nbrmm.memory.record_history)``
+    on every worker); a worker that records nothing gives no rows.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A connected (not asynchronous) client.
+    frame : bool, optional
+        As in :func:`gather_statistics`.
+
+    Returns
+    -------
+    pandas.DataFrame or list of dict
+        Columns ``worker``, ``name``, ``device``, ``tag``, ``live_bytes`` and
+        ``live_count``, sorted by worker, device and tag.
+
+    Raises
+    ------
+    TypeError
+        If ``client`` is not a ``distributed.Client``, is asynchronous, or ``frame`` is
+        not a bool or None.
+    ImportError
+        If ``frame=True`` and pandas is not installed.
+    """
+    return _gather(client, worker_memory_by_tag, frame, TAG_COLUMNS, ("worker", "device", "tag"))
+
+
+def _worker_file_name(name: object) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)) or "worker"
+
+
+def dump_worker_snapshot(path: str, dask_worker: Worker | None = None) -> str:
+    """Write this process's memory snapshot (:meth:`nbrmm.memory.Snapshot.dump`) to
+    ``path``, with ``{worker}`` replaced by the worker's name (characters other than
+    letters, digits, ``-``, ``_`` and ``.`` as ``_``). Returns the path written."""
+    from nbrmm.memory import snapshot
+
+    target = path.replace("{worker}", _worker_file_name(getattr(dask_worker, "name", "local")))
+    snapshot().dump(target)
+    return target
+
+
+def dump_snapshots(client: Client, path: str) -> dict[str, str]:
+    """Have every worker write its memory snapshot to ``path`` (on the worker's file
+    system), in PyTorch's memory-snapshot format.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A connected (not asynchronous) client.
+    path : str
+        Where each worker writes; it must contain ``{worker}``, which each worker replaces
+        by its name, so that workers do not overwrite each other's file.
+
+    Returns
+    -------
+    dict of str to str
+        The path each worker wrote, by worker address.
+
+    Raises
+    ------
+    TypeError
+        If ``client`` is not a ``distributed.Client`` or is asynchronous, or ``path`` is
+        not a str.
+    ValueError
+        If ``path`` has no ``{worker}``.
+    """
+    import os
+
+    _check_client(client, "dump_worker_snapshot")
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"path: expected a str, got {type(path).__name__}")
+    if "{worker}" not in path:
+        raise ValueError(f"path: must contain '{{worker}}' (each worker's name), got {path!r}")
+    written: dict[str, str] = client.run(dump_worker_snapshot, path)
+    return written
