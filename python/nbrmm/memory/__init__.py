@@ -30,14 +30,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from nbrmm import _nbrmm
+from nbrmm.memory._oom import OutOfMemoryReport
 from nbrmm.memory._snapshot import Allocation, Event, Frame, ResourceInfo, Snapshot
 
 __all__ = [
     "Allocation",
     "Event",
     "Frame",
+    "OutOfMemoryReport",
     "ResourceInfo",
     "Snapshot",
+    "current_tag",
     "is_recording",
     "record_history",
     "snapshot",
