@@ -512,3 +512,31 @@ def test_cupy_torch_and_cuda_core_share_a_recorded_pool(tmp_path):
     assert {lib for lib, _ in out["failed"]} >= {"cupy", "torch", "nbrmm"}
     assert out["trace_plot"] > 1000 and out["segment_plot"] > 1000
     assert dump.stat().st_size > 0
+
+
+def test_one_tag_object_used_by_several_threads_at_once(host):
+    memory.record_history(stacks="none")
+    shared = memory.tag("shared")
+    entered = threading.Barrier(2)
+
+    def work(k):
+        with memory.tag("outer"):
+            if k == 0:
+                with memory.tag("deeper"), shared:
+                    entered.wait()
+                    entered.wait()
+            else:
+                with shared:
+                    entered.wait()
+                entered.wait()  # this thread left ``shared`` while thread 0 is inside
+            assert memory.current_tag() == "outer"
+            nbrmm.Buffer(k + 1, mr=host)
+
+    assert run_threads(work, 2) == []
+    assert sorted(e.tag for e in events(memory.snapshot(), "alloc")) == ["outer", "outer"]
+
+
+@pytest.mark.parametrize("kwargs", [{"max_events": True}, {"device": True}, {"device": [0.0]}])
+def test_bools_and_floats_are_not_ints(kwargs):
+    with pytest.raises(TypeError, match=f"{next(iter(kwargs))}: expected an int"):
+        memory.record_history(**kwargs)

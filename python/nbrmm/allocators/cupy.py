@@ -248,11 +248,11 @@ else:
 def _cupy_out_of_memory(nbytes: int, error: MemoryError) -> Exception:
     """CuPy's OutOfMemoryError for ``nbytes``, with nbrmm's out-of-memory report (what the
     resource chain and the memory history hold) in its message where ``error`` has one."""
-    oom = _OutOfMemoryError(nbytes, -1)
+    oom: Exception = _OutOfMemoryError(nbytes, -1)
     report = getattr(error, "report", None)
     if report is not None:
         oom.args = ("\n".join([str(oom.args[0]) if oom.args else "", *report.lines()]),)
-        oom.report = report
+        oom.report = report  # type: ignore[attr-defined]
     return oom
 
 

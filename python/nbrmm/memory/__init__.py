@@ -49,8 +49,6 @@ __all__ = [
 
 _STACKS = ("python", "none")
 _ACTIONS = ("alloc", "free", "failed_alloc")
-_lock = threading.Lock()
-_devices: set[int] | None = None  # what record_history was asked to record (None: all)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -95,30 +93,24 @@ def record_history(
         raise TypeError(f"stacks: expected 'python' or 'none', got {type(stacks).__name__}")
     if stacks not in _STACKS:
         raise ValueError(f"stacks: expected 'python' or 'none', got {stacks!r}")
-    if isinstance(max_events, bool) or not isinstance(max_events, int):
-        try:
-            max_events = operator.index(max_events)
-        except TypeError:
-            raise TypeError(
-                f"max_events: expected an int, got {type(max_events).__name__}"
-            ) from None
+    max_events = _int_arg(max_events, "max_events", "an int")
     if max_events < 0:
         raise ValueError(f"max_events: must be 0 or more, got {max_events}")
     if max_events >= 2**63:
         raise ValueError(f"max_events: must be less than 2**63, got {max_events}")
     devices = _device_list(device)
-    global _devices
-    with _lock:
-        if not enabled:
-            _nbrmm._history_configure(False, None, False, 0)
-            return
-        if devices is None:
-            _devices = None
-        elif _devices is not None and _nbrmm._history_recording():
-            _devices |= set(devices)
-        else:
-            _devices = set(devices)
-        _nbrmm._history_configure(True, devices, stacks == "python", max_events)
+    _nbrmm._history_configure(enabled, devices, stacks == "python", max_events)
+
+
+def _int_arg(value: object, param: str, expected: str) -> int:
+    """``value`` as an int (anything with ``__index__`` but a bool), or a TypeError naming
+    ``param``."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{param}: expected {expected}, got {type(value).__name__}")
 
 
 def _device_list(device: object) -> list[int] | None:
@@ -128,14 +120,8 @@ def _device_list(device: object) -> list[int] | None:
         [device] if not isinstance(device, Sequence) or isinstance(device, str) else device
     )
     out = []
-    for d in items:
-        if isinstance(d, bool) or not isinstance(d, int):
-            try:
-                d = operator.index(d)
-            except TypeError:
-                raise TypeError(
-                    f"device: expected an int or a sequence of ints, got {type(d).__name__}"
-                ) from None
+    for item in items:
+        d = _int_arg(item, "device", "an int or a sequence of ints")
         count = _nbrmm.get_device_count()
         if not 0 <= d < max(count, 1) or (count == 0 and d != 0):
             raise ValueError(
@@ -176,14 +162,15 @@ class tag(contextlib.ContextDecorator):
         if not isinstance(name, str):
             raise TypeError(f"name: expected a str, got {type(name).__name__}")
         self.name = name
-        self._depths: list[int] = []
+        self._local = threading.local()  # this thread's depths, one per entered `with`
 
     def __enter__(self) -> tag:
-        self._depths.append(_nbrmm._history_push_tag(self.name))
+        depths = self._local.__dict__.setdefault("depths", [])
+        depths.append(_nbrmm._history_push_tag(self.name))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _nbrmm._history_pop_tag(self._depths.pop())
+        _nbrmm._history_pop_tag(self._local.depths.pop())
 
     def __repr__(self) -> str:
         return f"nbrmm.memory.tag({self.name!r})"
