@@ -194,7 +194,7 @@ def snapshot() -> Snapshot:
     strings, frames_raw, stacks_raw, events_raw, live_raw, dropped = _nbrmm._history_data()
     frames = [Frame(strings[f], line, strings[n]) for f, line, n in frames_raw]
     stacks = [tuple(frames[i] for i in s) for s in stacks_raw]
-    events = tuple(
+    events = [
         Event(
             time_ns=t,
             action=_ACTIONS[a],
@@ -207,29 +207,25 @@ def snapshot() -> Snapshot:
             frames=stacks[st],
             before_recording=before,
         )
-        for t, a, addr, size, dev, stream, tg, lib, st, before in events_raw
-    )
+        for t, a, addr, size, dev, stream, tg, lib, st, before in (*events_raw, *live_raw)
+    ]
+    # The live allocations, from their alloc events (which follow the history's).
+    live = events[len(events_raw) :]
     allocations = tuple(
         sorted(
             (
                 Allocation(
-                    time_ns=t,
-                    address=addr,
-                    size=size,
-                    device=dev,
-                    stream=stream,
-                    tag=strings[tg],
-                    library=strings[lib],
-                    frames=stacks[st],
+                    e.time_ns, e.address, e.size, e.device, e.stream, e.tag, e.library, e.frames
                 )
-                for t, _a, addr, size, dev, stream, tg, lib, st, _b in live_raw
+                for e in live
             ),
             key=lambda a: (a.device, a.address),
         )
     )
+    events = events[: len(events_raw)]
     return Snapshot(
         allocations=allocations,
-        events=events,
+        events=tuple(events),
         resources=tuple(_resource_chains()),
         dropped_events=dropped,
     )
