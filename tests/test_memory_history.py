@@ -540,3 +540,31 @@ def test_one_tag_object_used_by_several_threads_at_once(host):
 def test_bools_and_floats_are_not_ints(kwargs):
     with pytest.raises(TypeError, match=f"{next(iter(kwargs))}: expected an int"):
         memory.record_history(**kwargs)
+
+
+def test_a_tag_that_is_not_valid_utf8_is_kept_escaped(host):
+    memory.record_history()
+    with memory.tag("bad\udcff"):
+        buf = nbrmm.Buffer(8, mr=host)
+    assert memory.snapshot().events[0].tag == "bad\\udcff"
+    del buf
+
+
+def test_a_resource_callback_may_use_the_history():
+    heap = HostHeap()
+    seen = []
+
+    def allocate(nbytes, stream):
+        with memory.tag("inside"):
+            seen.append((len(memory.snapshot().events), memory.current_tag()))
+        return heap.allocate(nbytes, stream)
+
+    mr = nbrmm.mr.CallbackMemoryResource(allocate, heap.deallocate)
+    memory.record_history()
+    with memory.tag("outside"):
+        buf = nbrmm.Buffer(64, mr=mr)
+    memory.record_history(False)
+    extra = nbrmm.Buffer(32, mr=mr)  # the callback stops nothing, records nothing now
+    assert seen == [(0, "inside"), (1, "inside")]
+    assert [(e.size, e.tag) for e in memory.snapshot().events] == [(64, "outside")]
+    del buf, extra

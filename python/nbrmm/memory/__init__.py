@@ -162,11 +162,13 @@ class tag(contextlib.ContextDecorator):
         if not isinstance(name, str):
             raise TypeError(f"name: expected a str, got {type(name).__name__}")
         self.name = name
+        # What the history keeps (UTF-8; a lone surrogate as its escape).
+        self._text = name.encode("utf-8", "backslashreplace").decode("utf-8")
         self._local = threading.local()  # this thread's depths, one per entered `with`
 
     def __enter__(self) -> tag:
         depths = self._local.__dict__.setdefault("depths", [])
-        depths.append(_nbrmm._history_push_tag(self.name))
+        depths.append(_nbrmm._history_push_tag(self._text))
         return self
 
     def __exit__(self, *exc: object) -> None:
