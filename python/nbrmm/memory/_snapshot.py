@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
+import re
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -89,28 +89,26 @@ class Allocation:
         return call_site(self.frames)
 
 
-#: The packages whose frames are not call sites (the allocating libraries and nbrmm).
-_LIBRARY_PACKAGES = ("nbrmm", "cupy", "cupy_backends", "torch", "numba", "numba_cuda", "cuda")
+#: Frames of the allocating libraries and of nbrmm, which are not call sites: files of
+#: those packages where installed (a site-packages or dist-packages folder), and nbrmm's
+#: own files wherever it is (an editable install).
+_LIBRARY_FILE = re.compile(
+    r"[/\\](?:site|dist)-packages[/\\]"
+    r"(?:nbrmm|cupy|cupy_backends|torch|numba|numba_cuda|cuda|dask|distributed)[/\\]"
+)
+_NBRMM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 
 
-def _library_dirs() -> tuple[str, ...]:
-    dirs = []
-    for name in _LIBRARY_PACKAGES:
-        module = sys.modules.get(name)
-        for path in getattr(module, "__path__", None) or ():
-            dirs.append(os.path.join(os.path.abspath(path), ""))
-    return tuple(dirs)
+def _library_frame(frame: Frame) -> bool:
+    return frame.filename.startswith(_NBRMM_DIR) or _LIBRARY_FILE.search(frame.filename) is not None
 
 
 def call_site(frames: tuple[Frame, ...]) -> Frame | None:
     """The innermost of ``frames`` outside nbrmm and the allocating libraries."""
-    if not frames:
-        return None
-    dirs = _library_dirs()
     for frame in frames:
-        if not frame.filename.startswith(dirs):
+        if not _library_frame(frame):
             return frame
-    return frames[0]
+    return frames[0] if frames else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +190,16 @@ class Snapshot:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Snapshot:
-        """Read a snapshot written by :meth:`dump`."""
+        """Read a snapshot written by :meth:`dump`, or a pickle of PyTorch's own
+        ``torch.cuda.memory._snapshot()`` (tagged ``"torch"``).
+
+        Raises
+        ------
+        ValueError
+            If the file is not a memory snapshot (``SnapshotFormatError``).
+        OSError
+            If it cannot be read.
+        """
         from nbrmm.memory._torch_format import load
 
         return load(path)
