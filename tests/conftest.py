@@ -4,6 +4,7 @@ suite's C++ extensions (``extensions.py``) importable in child processes too."""
 import gc
 import os
 import pathlib
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -70,3 +71,29 @@ def _restore_current_resource():
     nbrmm.mr.set_per_device_resource(device, before)
     del before
     gc.collect()
+
+
+def _find_browser():
+    """The path of a Chromium-family browser (on PATH, or Playwright's), or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if path := shutil.which(name):
+            return path
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    with sync_playwright() as p:
+        path = p.chromium.executable_path
+    return path if pathlib.Path(path).exists() else None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium for the tests that render pages (skipped where there is none)."""
+    path = _find_browser()
+    if path is None:
+        pytest.skip(
+            "no headless browser: install Chromium (Debian: apt-get install chromium) or "
+            "Playwright's (pip install playwright && playwright install chromium)"
+        )
+    return path

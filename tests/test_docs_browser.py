@@ -10,7 +10,6 @@ chromium-browser or google-chrome on PATH, or Playwright's Chromium) the tests s
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -67,31 +66,6 @@ window.addEventListener("load", () => {
 });
 </script>
 """
-
-
-def find_browser():
-    """The path of a Chromium-family browser, or None."""
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if path := shutil.which(name):
-            return path
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return None
-    with sync_playwright() as p:
-        path = p.chromium.executable_path
-    return path if Path(path).exists() else None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    path = find_browser()
-    if path is None:
-        pytest.skip(
-            "no headless browser: install Chromium (Debian: apt-get install chromium) or "
-            "Playwright's (pip install playwright && playwright install chromium)"
-        )
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ import os
 import pickle
 import pickletools
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -867,31 +866,6 @@ def test_cli_errors(tmp_path: Path, dumped: Path, case: str, message: str) -> No
 # --------------------------------------------------------------------------------------
 # In a browser
 # --------------------------------------------------------------------------------------
-
-
-def find_browser() -> str | None:
-    """A Chromium-family browser: on PATH, or Playwright's."""
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if path := shutil.which(name):
-            return path
-    try:
-        from playwright.sync_api import sync_playwright  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    with sync_playwright() as p:
-        path = p.chromium.executable_path
-    return path if Path(path).exists() else None
-
-
-@pytest.fixture(scope="module")
-def browser() -> str:
-    path = find_browser()
-    if path is None:
-        pytest.skip(
-            "no headless browser: install Chromium (Debian: apt-get install chromium) or "
-            "Playwright's (pip install playwright && playwright install chromium)"
-        )
-    return path
 
 
 def run_browser(browser: str, *args: str, width: int = 1280, height: int = 900) -> str:
