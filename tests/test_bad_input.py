@@ -11,6 +11,10 @@ from helpers import HostHeap
 
 HUGE = 2**64
 NO_DEVICE = 4096
+BAD_DEVICE = -2
+# A device number that does not exist; without a GPU, no device number is right and that
+# is what nbrmm says.
+NO_DEVICE_ERROR = ValueError if nbrmm.get_device_count() > 0 else nbrmm.CudaUnavailableError
 
 
 class Foreign:
@@ -60,15 +64,24 @@ CASES = [
     ("allocate-stream", lambda r: r.allocate(8, "s"), TypeError, "stream"),
     ("deallocate-size", lambda r: r.deallocate(0, -1), ValueError, "nbytes"),
     ("set_current-type", lambda r: mr.set_current_device_resource(object()), TypeError, "mr"),
-    ("set_per_device-device", lambda r: mr.set_per_device_resource(NO_DEVICE, r), ValueError,
-     "does not exist"),
-    ("get_per_device-device", lambda r: mr.get_per_device_resource(NO_DEVICE), ValueError,
-     "does not exist"),
-    ("reset_per_device-device", lambda r: mr.reset_per_device_resource(NO_DEVICE), ValueError,
-     "does not exist"),
-    ("set_device", lambda r: nbrmm.set_current_device(NO_DEVICE), ValueError, "does not exist"),
-    ("available_memory-device", lambda r: nbrmm.available_device_memory(NO_DEVICE), ValueError,
-     "does not exist"),
+    ("set_per_device-device", lambda r: mr.set_per_device_resource(BAD_DEVICE, r), ValueError,
+     "^device: device -2 does not exist"),
+    ("get_per_device-device", lambda r: mr.get_per_device_resource(BAD_DEVICE), ValueError,
+     "^device: device -2 does not exist"),
+    ("reset_per_device-device", lambda r: mr.reset_per_device_resource(BAD_DEVICE), ValueError,
+     "^device: device -2 does not exist"),
+    ("set_device", lambda r: nbrmm.set_current_device(BAD_DEVICE), ValueError,
+     "^device: device -2 does not exist"),
+    ("available_memory-device", lambda r: nbrmm.available_device_memory(BAD_DEVICE), ValueError,
+     "^device: device -2 does not exist"),
+    ("set_per_device-no-device", lambda r: mr.set_per_device_resource(NO_DEVICE, r),
+     NO_DEVICE_ERROR, "^device: device 4096 "),
+    ("set_device-no-device", lambda r: nbrmm.set_current_device(NO_DEVICE), NO_DEVICE_ERROR,
+     "^device: device 4096 "),
+    ("set_device-huge", lambda r: nbrmm.set_current_device(HUGE), nbrmm.ArgumentRangeError,
+     "^device: "),
+    ("set_device-str", lambda r: nbrmm.set_current_device("0"), TypeError,
+     "^device: expected an int, got str"),
     ("Stream-foreign", lambda r: nbrmm.Stream(Foreign()), TypeError, "obj"),
     ("StreamPool-size", lambda r: nbrmm.CudaStreamPool(pool_size=0), ValueError, "pool_size"),
     ("Callback-not-callable", lambda r: mr.CallbackMemoryResource(1, 2), TypeError,

@@ -56,11 +56,17 @@ def test_default_mr_is_resolved_at_call_time():
 def test_bad_arguments():
     with pytest.raises(TypeError, match="mr"):
         nbrmm.mr.set_current_device_resource("pool")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(ValueError, match="^device: device -2 does not exist"):
+        nbrmm.mr.get_per_device_resource(-2)
+    with pytest.raises(ValueError, match="^device: device -2 does not exist"):
+        nbrmm.mr.set_per_device_resource(-2, HostHeap().resource())
+    # 4096: no such device, or without a GPU, no device at all
+    missing = ValueError if nbrmm.get_device_count() else nbrmm.CudaUnavailableError
+    with pytest.raises(missing, match="^device: device 4096 "):
         nbrmm.mr.get_per_device_resource(4096)
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(missing, match="^device: device 4096 "):
         nbrmm.mr.set_per_device_resource(4096, HostHeap().resource())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^device: expected an int, got str"):
         nbrmm.mr.set_per_device_resource("0", HostHeap().resource())
 
 

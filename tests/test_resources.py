@@ -303,7 +303,8 @@ def test_adaptors_are_host_accessible_when_their_upstream_is():
         ((10, 8), ValueError, "max_size_exponent"),
         ((0, 31), ValueError, "max_size_exponent"),
         ((-2, -2), ValueError, "min_size_exponent"),
-        (("8", 9), TypeError, "incompatible function arguments"),
+        (("8", 9), TypeError, "^min_size_exponent: expected an int, got str"),
+        ((2**64, 9), nbrmm.ArgumentRangeError, "^min_size_exponent: .* is out of range"),
     ],
 )
 def test_binning_rejects_bad_exponents(args, exc, param):

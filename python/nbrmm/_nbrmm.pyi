@@ -90,6 +90,8 @@ def set_current_device(device: int) -> None:
     ------
     ValueError
         If the device does not exist.
+    nbrmm.CudaUnavailableError
+        Without a usable CUDA driver or GPU.
     """
 
 def available_device_memory(device: int | None = None) -> tuple[int, int]:
@@ -226,10 +228,10 @@ class CudaStreamPool:
     pool_size : int, optional
         Number of streams (16 by default; must be positive).
     flags : CudaStreamFlags, optional
-        Creation flags of the streams.
+        Creation flags of the streams (None: ``SYNC_DEFAULT``).
     """
 
-    def __init__(self, pool_size: int = 16, flags: CudaStreamFlags = ...) -> None: ...
+    def __init__(self, pool_size: int = 16, flags: CudaStreamFlags | None = ...) -> None: ...
 
     def get_stream(self, stream_id: int | None = None) -> Stream:
         """
@@ -944,6 +946,8 @@ def get_per_device_resource(device: int) -> DeviceMemoryResource:
     ------
     ValueError
         If the device does not exist.
+    nbrmm.CudaUnavailableError
+        If ``device`` is not the current device and there is no usable CUDA driver or GPU.
     """
 
 def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None:
@@ -966,6 +970,8 @@ def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None:
         If ``mr`` is not a resource.
     ValueError
         If the device does not exist or ``mr`` was created on another device.
+    nbrmm.CudaUnavailableError
+        If ``device`` is not the current device and there is no usable CUDA driver or GPU.
     """
 
 def get_current_device_resource() -> DeviceMemoryResource:

@@ -237,11 +237,12 @@ class device_source {
       size_ = reader_->memory().size();
       return;
     }
-    if (!nb::hasattr(obj, "__cuda_array_interface__")) {
+    // A class's __cuda_array_interface__ is the unbound property, not an array's.
+    if (PyType_Check(obj.ptr()) || !nb::hasattr(obj, "__cuda_array_interface__")) {
       // ValueError, as rmm raises for an object without the interface.
       throw nb::value_error((std::string{param} +
                             ": expected an object with __cuda_array_interface__, got " +
-                            nb::type_name(obj.type()).c_str())
+                            type_of(obj, nb::type<Buffer>()))
                              .c_str());
     }
     nb::dict cai          = nb::cast<nb::dict>(obj.attr("__cuda_array_interface__"));
@@ -536,7 +537,7 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
   if (consumer.is_none()) { return; }
   if (!PyLong_Check(consumer.ptr()) || PyBool_Check(consumer.ptr())) {
     throw nb::type_error(("stream: expected an int (a stream handle), got " +
-                          std::string{nb::type_name(consumer.type()).c_str()})
+                          type_of(consumer))
                            .c_str());
   }
   auto const value = nb::cast<long long>(consumer);
@@ -599,7 +600,7 @@ nb::object export_token(nb::handle py_self)
   return token;
 }
 
-nb::object dlpack(nb::handle py_self, nb::handle stream, nb::kwargs kwargs)
+nb::object dlpack(nb::handle_t<Buffer> py_self, nb::handle stream, nb::kwargs kwargs)
 {
   Buffer& self = buffer_of(py_self);
   auto& b      = self.get("__dlpack__");
@@ -815,7 +816,7 @@ BufferError
     If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "copy",
-      [](nb::handle py_self, nb::handle mr, nb::handle stream) {
+      [](nb::handle_t<Buffer> py_self, nb::handle mr, nb::handle stream) {
         return copy_of(py_self, mr, stream);
       },
       nb::arg("mr") = nb::none(), nb::arg("stream") = nb::none(),
@@ -829,12 +830,15 @@ mr : DeviceMemoryResource, optional
 stream : Stream, optional
     The stream of the copy; the buffer's own stream by default.)doc")
     .def(
-      "__copy__", [](nb::handle py_self) { return copy_of(py_self, nb::none(), nb::none()); },
+      "__copy__",
+      [](nb::handle_t<Buffer> py_self) { return copy_of(py_self, nb::none(), nb::none()); },
       nb::sig("def __copy__(self) -> typing.Self"),
       "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def(
       "__deepcopy__",
-      [](nb::handle py_self, nb::handle) { return copy_of(py_self, nb::none(), nb::none()); },
+      [](nb::handle_t<Buffer> py_self, nb::handle) {
+        return copy_of(py_self, nb::none(), nb::none());
+      },
       nb::arg("memo"), nb::sig("def __deepcopy__(self, memo: dict[int, typing.Any]) -> typing.Self"),
       "A copy on the buffer's own resource and stream (as :meth:`copy`).")
     .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
@@ -883,10 +887,12 @@ numpy.ndarray or the type of ``ary``
       "the current device resource).")
     .def(
       "prefetch",
-      [](Buffer& self, std::optional<int> device, nb::handle stream) {
+      [](Buffer& self, nb::handle device, nb::handle stream) {
+        // -1 (cudaCpuDeviceId): the host
+        int const target = device.is_none() ? self.device : int_arg(device, "device");
+        if (target != cudaCpuDeviceId && target != self.device) { check_device(target, "device"); }
         cuda::stream_ref s = stream.is_none() ? nb::inst_ptr<Stream>(self.stream)->ref()
                                               : stream_arg(stream, "stream");
-        int const target   = device.value_or(self.device);
         buffer_reader reader{self, "prefetch"};
         auto& b = reader.memory();
         if (b.size() == 0) { return; }
@@ -910,7 +916,7 @@ BufferError
     While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
     alive) or in use by another thread.)doc")
     .def(
-      "__enter__", [](nb::handle self) { return nb::borrow(self); },
+      "__enter__", [](nb::handle_t<Buffer> self) { return nb::borrow(self); },
       nb::sig("def __enter__(self) -> typing.Self"),
       "The buffer itself; leaving the ``with`` block closes it.")
     .def(
@@ -934,7 +940,7 @@ BufferError
     .def(
       "__dlpack_device__", [](Buffer& self) { return dlpack_device(self); },
       "``(device_type, device_id)`` of the memory for DLPack.")
-    .def("__repr__", [](nb::handle py_self) {
+    .def("__repr__", [](nb::handle_t<Buffer> py_self) {
       Buffer& self = buffer_of(py_self);
       if (!self.mem.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
       char ptr[32];

@@ -71,9 +71,29 @@ std::size_t parse_size_string(std::string const& text, char const* param)
   return 0;  // not reached
 }
 
-std::string type_of(nb::handle obj) { return nb::type_name(obj.type()).c_str(); }
-
 }  // namespace
+
+std::string type_of(nb::handle obj, nb::handle expected)
+{
+  if (obj.is_none()) { return "None"; }
+  if (!PyType_Check(obj.ptr())) { return nb::type_name(obj.type()).c_str(); }
+  std::string const name = nb::cast<std::string>(obj.attr("__qualname__"));
+  std::string text = "the class " + name;
+  if (expected.is_valid()) {
+    int const derived = PyObject_IsSubclass(obj.ptr(), expected.ptr());
+    if (derived < 0) { PyErr_Clear(); }
+    if (derived == 1) {
+      nb::object const members = nb::getattr(obj, "__members__", nb::none());
+      if (!members.is_none() && nb::len(members) > 0) {
+        nb::iterator const names = nb::iter(members);
+        text += "; pass a member, e.g. " + name + "." + nb::cast<std::string>(*names);
+      } else {
+        text += "; pass an instance, e.g. " + name + "(...)";
+      }
+    }
+  }
+  return text;
+}
 
 std::size_t parse_size(nb::handle obj, char const* param)
 {

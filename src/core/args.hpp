@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace nbrmm {
 
@@ -16,6 +17,11 @@ inline constexpr std::size_t max_request = static_cast<std::size_t>(PTRDIFF_MAX)
 /// The largest alignment nbrmm honours (an allocation with a larger one would waste
 /// more than a terabyte).
 inline constexpr std::size_t max_alignment = std::size_t{1} << 40;
+
+/// What `obj` is, for messages "expected ..., got <this>": None, the name of its type, or, for a
+/// class, "the class X", followed by "; pass an instance, e.g. X(...)" when X is `expected`
+/// or derives from it (or "pass a member" for an enum).
+std::string type_of(nb::handle obj, nb::handle expected = nb::handle{});
 
 /// Parses a size argument: a non-negative int or a string such as "1GiB". Raises
 /// TypeError/ValueError naming `param`.

@@ -17,8 +17,13 @@ bool multiple_devices() noexcept;
 /// Number of CUDA devices (0 without a usable GPU or driver; never raises).
 int device_count() noexcept;
 
-/// Raises ValueError unless `device` is an existing device id.
-void check_device(int device);
+/// Raises ValueError naming `param` unless `device` is an existing device id (without a
+/// usable GPU, nbrmm.CudaUnavailableError for any device id from 0 up).
+void check_device(int device, char const* param);
+
+/// A device id argument: an int (TypeError, or ArgumentRangeError outside the range of a C
+/// `int`) that names an existing device (ValueError); messages name `param`.
+int device_arg(nb::handle obj, char const* param);
 
 /// Raises nbrmm.CudaError ("no usable CUDA driver or GPU") when this process has no usable
 /// GPU; `what` names what needs one.

@@ -56,7 +56,7 @@ nb::object int_object(nb::handle obj, char const* param)
 {
   if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
     throw nb::type_error(
-      (std::string{param} + ": expected an int, got " + nb::type_name(obj.type()).c_str())
+      (std::string{param} + ": expected an int, got " + type_of(obj))
         .c_str());
   }
   nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
@@ -87,7 +87,7 @@ std::uint64_t uint_arg(nb::handle obj, char const* param)
   return static_cast<std::uint64_t>(v);
 }
 
-int int_arg(nb::handle obj, char const* param)
+int int_arg(nb::handle obj, char const* param, char const* what)
 {
   nb::object const index = int_object(obj, param);
   int overflow           = 0;
@@ -95,7 +95,7 @@ int int_arg(nb::handle obj, char const* param)
   if (overflow != 0 || v < std::numeric_limits<int>::min() ||
       v > std::numeric_limits<int>::max()) {
     throw_range_error(std::string{param} + ": " + nb::str(index).c_str() +
-                      " is out of range for a device id");
+                      " is out of range for " + what);
   }
   return static_cast<int>(v);
 }
@@ -117,7 +117,7 @@ rmm::cuda_stream::flags stream_flags_arg(nb::handle obj, char const* param)
                            " is not a CudaStreamFlags value");
   }
   throw nb::type_error((std::string{param} + ": expected a CudaStreamFlags, got " +
-                        nb::type_name(obj.type()).c_str())
+                        type_of(obj, enum_type))
                          .c_str());
 }
 

@@ -32,9 +32,10 @@ PyObject* invalid_argument_type() noexcept;
 /// negative values or values of 2**64 and more; messages name `param`.
 std::uint64_t uint_arg(nb::handle obj, char const* param);
 
-/// A C `int` argument (a device id): any int-like object except bool. Raises TypeError
-/// for other types and ArgumentRangeError outside the range of `int`.
-int int_arg(nb::handle obj, char const* param);
+/// A C `int` argument (a device id, by default): any int-like object except bool. Raises
+/// TypeError for other types and ArgumentRangeError outside the range of `int` ("out of
+/// range for `what`").
+int int_arg(nb::handle obj, char const* param, char const* what = "a device id");
 
 /// Stream creation flags: None (sync_default), a CudaStreamFlags member or its int
 /// value. Raises TypeError for other types and InvalidArgumentError for other ints.

@@ -83,8 +83,10 @@ before the resource serves allocations: :meth:`add_bin` must not run concurrentl
 allocations.)doc")
     .def(
       "__init__",
-      [](BinningMemoryResource* self, nb::handle upstream_mr, int min_size_exponent,
-         int max_size_exponent) {
+      [](BinningMemoryResource* self, nb::handle upstream_mr, nb::handle min_exponent_arg,
+         nb::handle max_exponent_arg) {
+        int const min_size_exponent = int_arg(min_exponent_arg, "min_size_exponent", "an exponent");
+        int const max_size_exponent = int_arg(max_exponent_arg, "max_size_exponent", "an exponent");
         bool const none = min_size_exponent == -1 && max_size_exponent == -1;
         if (!none) {
           for (auto [value, name] : {std::pair{min_size_exponent, "min_size_exponent"},
@@ -114,13 +116,14 @@ allocations.)doc")
           true);
         self->keep = nb::list();
       },
-      nb::arg("upstream_mr"), nb::arg("min_size_exponent") = -1,
-      nb::arg("max_size_exponent") = -1,
+      nb::arg("upstream_mr"), nb::arg("min_size_exponent").none() = -1,
+      nb::arg("max_size_exponent").none() = -1,
       nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource, "
               "min_size_exponent: int = -1, max_size_exponent: int = -1) -> None"))
     .def(
       "add_bin",
-      [](nb::handle py_self, nb::handle allocation_size, nb::handle bin_resource) {
+      [](nb::handle_t<BinningMemoryResource> py_self, nb::handle allocation_size,
+         nb::handle bin_resource) {
         auto& self             = *nb::inst_ptr<BinningMemoryResource>(py_self);
         std::size_t const size = parse_size(allocation_size, "allocation_size");
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }

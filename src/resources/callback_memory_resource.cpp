@@ -15,7 +15,7 @@ void require_callable(nb::handle fn, char const* param)
 {
   if (!PyCallable_Check(fn.ptr())) {
     throw nb::type_error((std::string{param} + ": expected a callable, got " +
-                          nb::type_name(fn.type()).c_str())
+                          type_of(fn))
                            .c_str());
   }
 }

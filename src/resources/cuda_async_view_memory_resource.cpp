@@ -51,20 +51,21 @@ cudaMemPool_t pool_arg(nb::handle obj, nb::object& owner, int device)
   if (PyBool_Check(obj.ptr())) {
     throw nb::value_error("pool_handle: expected a memory pool handle, got bool");
   }
+  bool const is_class = PyType_Check(obj.ptr());  // its methods are unbound: no pool
   if (PyLong_Check(obj.ptr())) {
     value = nb::borrow(obj);
-  } else if (nb::hasattr(obj, "pool_handle") && PyCallable_Check(obj.attr("pool_handle").ptr())) {
+  } else if (!is_class && nb::hasattr(obj, "pool_handle") && PyCallable_Check(obj.attr("pool_handle").ptr())) {
     if (nb::isinstance<DeviceMemoryResource>(obj)) { resource_on_device(obj, "pool_handle", device); }
     value = obj.attr("pool_handle")();
     owner = nb::borrow(obj);
-  } else if (PyIndex_Check(obj.ptr()) || nb::hasattr(obj, "__int__")) {
+  } else if (!is_class && (PyIndex_Check(obj.ptr()) || nb::hasattr(obj, "__int__"))) {
     value = nb::steal(PyNumber_Long(obj.ptr()));
     if (!value.is_valid()) { throw nb::python_error(); }
     owner = nb::borrow(obj);
   } else {
     throw nb::value_error(("pool_handle: expected a cudaMemPool_t, CUmemoryPool, int or an "
                           "object with pool_handle(), got " +
-                          std::string{nb::type_name(obj.type()).c_str()})
+                          type_of(obj, nb::type<DeviceMemoryResource>()))
                            .c_str());
   }
   if (!PyLong_Check(value.ptr())) {

@@ -85,7 +85,7 @@ The callable is owned by the C++ resource and every C++ copy of it, so it stays 
       [](FailureCallbackResourceAdaptor* self, nb::handle upstream_mr, nb::handle callback) {
         if (!PyCallable_Check(callback.ptr())) {
           throw nb::type_error(("callback: expected a callable, got " +
-                                std::string{nb::type_name(callback.type()).c_str()})
+                                type_of(callback))
                                  .c_str());
         }
         auto fn = std::make_shared<py_owned>(callback);

@@ -3,6 +3,7 @@
 // written to stderr or to the file named by the environment variable RMM_DEBUG_LOG_FILE;
 // the per-allocation CSV log is LoggingResourceAdaptor's.
 #include "bindings.hpp"
+#include "core/args.hpp"
 #include "core/gil.hpp"
 #include "resources/per_device_map.hpp"
 
@@ -36,7 +37,7 @@ An ``IntEnum``: levels compare by severity (``level_enum.debug < level_enum.warn
     if (PyObject_IsInstance(level.ptr(), nb::type<level_enum>().ptr()) != 1) {
       PyErr_Clear();
       throw nb::type_error(("level: must be an instance of level_enum, got " +
-                            std::string{nb::type_name(level.type()).c_str()})
+                            type_of(level, nb::type<level_enum>()))
                              .c_str());
     }
     return nb::cast<level_enum>(level);

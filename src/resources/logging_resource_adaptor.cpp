@@ -33,9 +33,10 @@ std::string log_path(nb::handle log_file_name, int device)
     name = nb::str(env);
   } else {
     nb::object fspath = nb::module_::import_("os").attr("fspath");
-    if (!nb::isinstance<nb::str>(log_file_name) && !nb::hasattr(log_file_name, "__fspath__")) {
+    if (!nb::isinstance<nb::str>(log_file_name) &&
+        (PyType_Check(log_file_name.ptr()) || !nb::hasattr(log_file_name, "__fspath__"))) {
       throw nb::type_error(("log_file_name: expected a str or os.PathLike, got " +
-                            std::string{nb::type_name(log_file_name.type()).c_str()})
+                            type_of(log_file_name))
                              .c_str());
     }
     name = fspath(log_file_name);
@@ -80,6 +81,7 @@ nbrmm.FileOpenError
     .def(
       "__init__",
       [](LoggingResourceAdaptor* self, nb::handle upstream_mr, nb::handle log_file_name) {
+        resource_on_device(upstream_mr, "upstream_mr", current_device());  // the first parameter first
         std::string path = log_path(log_file_name, current_device());
         init_adaptor(self, upstream_mr, [&](device_resource up) {
           try {

@@ -272,6 +272,7 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
     .def(
       "allocate",
       [](nb::handle self, nb::handle nbytes, nb::handle stream, nb::handle alignment) {
+        resource_arg(self, "self");  // a method called through its class with another object
         std::size_t const a = alignment_arg(alignment);
         std::size_t const n = request_size(nbytes, "nbytes", a);
         return raw_allocate(self, n, a, stream_arg(stream, "stream"));
@@ -308,6 +309,7 @@ RuntimeError
       "deallocate",
       [](nb::handle self, nb::handle ptr, nb::handle nbytes, nb::handle stream,
          nb::handle alignment) {
+        resource_arg(self, "self");  // a method called through its class with another object
         std::uintptr_t const p = uint_arg(ptr, "ptr");
         std::size_t const a    = alignment_arg(alignment);
         std::size_t const n    = parse_size(nbytes, "nbytes");
@@ -356,10 +358,10 @@ ValueError
       },
       nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"),
       "Whether both objects use the same underlying resource.")
-    .def("__hash__", &resource_identity)
+    .def("__hash__", [](nb::handle_t<DeviceMemoryResource> self) { return resource_identity(self); })
     .def(
       "__nbrmm_resource__",
-      [](nb::handle self) {
+      [](nb::handle_t<DeviceMemoryResource> self) {
         auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
         // A resource C++ made goes back exactly as C++ made it (C++ can resource_cast it).
         // Any other copy carries this object, so a buffer that C++ allocates from it and
@@ -416,7 +418,7 @@ Returns
 DeviceMemoryResource
     The Python object the resource came from, an instance of the concrete class when
     nbrmm knows the librmm type, or a generic ``DeviceMemoryResource``.)doc")
-    .def("__repr__", [](nb::handle self) {
+    .def("__repr__", [](nb::handle_t<DeviceMemoryResource> self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       std::string text{"<"};
       text.append(nb::type_name(self.type()).c_str())

@@ -19,10 +19,12 @@
 namespace nbrmm {
 namespace {
 
-/// Accepts the current device (-1 without a GPU) and every existing device.
-int device_arg(int device)
+/// A device argument that accepts the current device (-1 without a GPU) and every existing
+/// device; messages name `param`.
+int map_device_arg(nb::handle obj, char const* param)
 {
-  if (device != current_device()) { check_device(device); }
+  int const device = int_arg(obj, param);
+  if (device != current_device()) { check_device(device, param); }
   return device;
 }
 
@@ -176,7 +178,7 @@ void bind_per_device_resource(nb::module_& m)
 {
   m.def(
     "get_per_device_resource",
-    [](nb::handle device) { return resource_of(device_arg(int_arg(device, "device"))); },
+    [](nb::handle device) { return resource_of(map_device_arg(device, "device")); },
     nb::arg("device").none(), nb::sig("def get_per_device_resource(device: int) -> DeviceMemoryResource"),
     R"doc(The resource of ``device`` in librmm's per-device map.
 
@@ -192,11 +194,13 @@ device : int
 Raises
 ------
 ValueError
-    If the device does not exist.)doc");
+    If the device does not exist.
+nbrmm.CudaUnavailableError
+    If ``device`` is not the current device and there is no usable CUDA driver or GPU.)doc");
 
   m.def(
     "set_per_device_resource",
-    [](nb::handle device, nb::handle mr) { set_resource(device_arg(int_arg(device, "device")), mr); },
+    [](nb::handle device, nb::handle mr) { set_resource(map_device_arg(device, "device"), mr); },
     nb::arg("device").none(), nb::arg("mr"),
     nb::sig("def set_per_device_resource(device: int, mr: DeviceMemoryResource) -> None"),
     R"doc(Set the resource of ``device`` in librmm's per-device map.
@@ -216,7 +220,9 @@ Raises
 TypeError
     If ``mr`` is not a resource.
 ValueError
-    If the device does not exist or ``mr`` was created on another device.)doc");
+    If the device does not exist or ``mr`` was created on another device.
+nbrmm.CudaUnavailableError
+    If ``device`` is not the current device and there is no usable CUDA driver or GPU.)doc");
 
   m.def(
     "get_current_device_resource", []() { return resource_of(current_device()); },
@@ -237,10 +243,10 @@ mr : DeviceMemoryResource
 
   m.def(
     "reset_per_device_resource",
-    [](int device) {
-      replace_entry(device_arg(device), device_map::initial());
+    [](nb::handle device) {
+      replace_entry(map_device_arg(device, "device"), device_map::initial());
     },
-    nb::arg("device"),
+    nb::arg("device").none(), nb::sig("def reset_per_device_resource(device: int) -> None"),
     "Restore librmm's initial resource (a ``CudaMemoryResource``) for ``device``.");
 
   m.def(

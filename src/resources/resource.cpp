@@ -2,6 +2,7 @@
 // garbage-collector slots, re-entrancy checks, the wrapper registry and aligned blocks.
 #include "resources/resource.hpp"
 
+#include "core/args.hpp"
 #include "core/errors.hpp"
 #include "core/rmm_compat.hpp"
 #include "streams/stream.hpp"
@@ -77,7 +78,7 @@ void* checked_pointer(python_resource::state const& st, nb::handle result, std::
 {
   if (!PyLong_Check(result.ptr()) || PyBool_Check(result.ptr())) {
     throw_as_python(PyExc_TypeError, st.name + " must return the pointer as an int, got " +
-                                       nb::type_name(result.type()).c_str());
+                                       type_of(result));
   }
   auto const raw = PyLong_AsUnsignedLongLong(result.ptr());
   if (PyErr_Occurred() != nullptr) {
@@ -315,7 +316,7 @@ DeviceMemoryResource& resource_arg(nb::handle obj, char const* param)
   if (is_resource(obj)) { return *nb::inst_ptr<DeviceMemoryResource>(obj); }
   throw nb::type_error((std::string{param} +
                         ": expected an nbrmm.mr.DeviceMemoryResource, got " +
-                        nb::type_name(obj.type()).c_str())
+                        type_of(obj, reinterpret_cast<PyObject*>(resource_type)))
                          .c_str());
 }
 

@@ -4,6 +4,7 @@
 #include "core/device.hpp"
 #include "core/errors.hpp"
 #include "core/gil.hpp"
+#include "core/rmm_compat.hpp"
 
 #include <rmm/cuda_device.hpp>
 
@@ -39,14 +40,26 @@ int current_device()
 
 bool multiple_devices() noexcept { return cached_device_count() > 1; }
 
-void check_device(int device)
+void check_device(int device, char const* param)
 {
   int const count = device_count();
+  // Without a usable GPU, no device number is right: that is what to say.
+  if (device >= 0 && count == 0) {
+    require_gpu((std::string{param} + ": device " + std::to_string(device)).c_str());
+  }
   if (device < 0 || device >= count) {
-    throw nb::value_error(("device " + std::to_string(device) + " does not exist (this machine has " +
-                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")")
+    throw nb::value_error((std::string{param} + ": device " + std::to_string(device) +
+                           " does not exist (this machine has " + std::to_string(count) +
+                           " CUDA device" + (count == 1 ? "" : "s") + ")")
                             .c_str());
   }
+}
+
+int device_arg(nb::handle obj, char const* param)
+{
+  int const device = int_arg(obj, param);
+  check_device(device, param);
+  return device;
 }
 
 void require_gpu(char const* what)
@@ -83,32 +96,40 @@ int
 
   m.def(
     "set_current_device",
-    [](int device) {
-      check_device(device);
+    [](nb::handle device_obj) {
+      int const device = device_arg(device_obj, "device");
       gil_release release;
       check_cuda(cudaSetDevice(device), "cudaSetDevice");
     },
-    nb::arg("device"),
+    nb::arg("device").none(), nb::sig("def set_current_device(device: int) -> None"),
     R"doc(Make ``device`` the current CUDA device of the calling thread.
 
 Raises
 ------
 ValueError
-    If the device does not exist.)doc");
+    If the device does not exist.
+nbrmm.CudaUnavailableError
+    Without a usable CUDA driver or GPU.)doc");
 
   m.def(
     "available_device_memory",
-    [](std::optional<int> device) {
-      if (device.has_value()) {
-        check_device(*device);
+    [](nb::handle device_obj) {
+      if (!device_obj.is_none()) {
+        int const device = device_arg(device_obj, "device");
         gil_release release;
-        device_scope const on_device{*device};
+        device_scope const on_device{device};
         return rmm::available_device_memory();
       }
-      gil_release release;
-      return rmm::available_device_memory();
+      try {
+        gil_release release;
+        return rmm::available_device_memory();
+      } catch (rmm::cuda_error const&) {
+        require_gpu("available_device_memory()");  // says so when there is no GPU
+        throw;
+      }
     },
     nb::arg("device") = nb::none(),
+    nb::sig("def available_device_memory(device: int | None = None) -> tuple[int, int]"),
     R"doc(Free and total memory of a device.
 
 Parameters
@@ -128,8 +149,8 @@ nbrmm.CudaError
 
   m.def(
     "get_device_info",
-    [](int device) {
-      check_device(device);
+    [](nb::handle device_obj) {
+      int const device = device_arg(device_obj, "device");
       cudaDeviceProp prop{};
       check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
       nb::dict info;
@@ -140,7 +161,7 @@ nbrmm.CudaError
       info["pci_bus_id"]         = prop.pciBusID;
       return info;
     },
-    nb::arg("device"), nb::sig("def get_device_info(device: int) -> nbrmm._typing.DeviceInfo"),
+    nb::arg("device").none(), nb::sig("def get_device_info(device: int) -> nbrmm._typing.DeviceInfo"),
     R"doc(Name, memory and compute capability of a device.
 
 Returns

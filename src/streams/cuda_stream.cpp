@@ -1,6 +1,8 @@
 // nbrmm.Stream (rmm/cuda_stream.hpp): an owned CUDA stream, or a non-owning view of any
 // object that implements the `__cuda_stream__` protocol, which it keeps alive.
 #include "bindings.hpp"
+#include "core/args.hpp"
+#include "core/device.hpp"
 #include "core/errors.hpp"
 #include "core/gil.hpp"
 #include "core/rmm_compat.hpp"
@@ -34,7 +36,7 @@ cudaStream_t handle_from_int(nb::handle value, char const* param, char const* so
 {
   if (!PyLong_Check(value.ptr())) {
     throw nb::type_error((std::string{param} + ": the stream handle from " + source +
-                          " must be an int, got " + nb::type_name(value.type()).c_str())
+                          " must be an int, got " + type_of(value))
                            .c_str());
   }
   auto const raw = PyLong_AsUnsignedLongLong(value.ptr());
@@ -52,6 +54,8 @@ cudaStream_t handle_from_int(nb::handle value, char const* param, char const* so
 /// for each).
 bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool constructing = false)
 {
+  // A class is no stream: its __cuda_stream__ and attributes are unbound.
+  if (PyType_Check(obj.ptr())) { return false; }
   // The object's attributes are Python code: counted as a call into Python, so that
   // interpreter exit waits for it to end, and refused on other threads once exit began
   // (CPython would end the thread inside it, through C++ frames: see gil.hpp).
@@ -114,7 +118,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
   throw nb::type_error((std::string{param} +
                         ": expected an nbrmm.Stream or an object implementing __cuda_stream__, "
                         "got " +
-                        nb::type_name(obj.type()).c_str())
+                        type_of(obj, nb::type<Stream>()))
                          .c_str());
 }
 

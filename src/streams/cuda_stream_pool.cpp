@@ -37,7 +37,7 @@ Parameters
 pool_size : int, optional
     Number of streams (16 by default; must be positive).
 flags : CudaStreamFlags, optional
-    Creation flags of the streams.)doc")
+    Creation flags of the streams (None: ``SYNC_DEFAULT``).)doc")
     .def(
       "__init__",
       [](CudaStreamPool* self, nb::handle pool_size_arg, nb::handle flags_arg) {
@@ -54,10 +54,10 @@ flags : CudaStreamFlags, optional
       nb::arg("pool_size") = rmm::cuda_stream_pool::default_size,
       nb::arg("flags").none() = rmm::cuda_stream::flags::sync_default,
       nb::sig("def __init__(self, pool_size: int = 16, "
-              "flags: CudaStreamFlags = ...) -> None"))
+              "flags: CudaStreamFlags | None = ...) -> None"))
     .def(
       "get_stream",
-      [](nb::handle self, nb::handle stream_id) {
+      [](nb::handle_t<CudaStreamPool> self, nb::handle stream_id) {
         auto& pool = *nb::inst_ptr<CudaStreamPool>(self)->pool;
         if (stream_id.is_none()) { return pool_stream(self, pool.get_stream()); }
         // librmm wraps the id around the pool size: any non-negative id is valid.
