@@ -559,8 +559,12 @@ def test_difference_reinitialize_checks_first():
     calls = []
     nbrmm.register_reinitialize_hook(calls.append, "hook")
     try:
-        with pytest.raises(nbrmm.InvalidArgumentError, match="^devices:"):
-            nbrmm.reinitialize(devices=[nbrmm.get_device_count()])
+        if nbrmm.get_device_count() > 0:
+            with pytest.raises(nbrmm.InvalidArgumentError, match="^devices:"):
+                nbrmm.reinitialize(devices=[nbrmm.get_device_count()])
+        else:  # what is missing is a GPU, not a device number
+            with pytest.raises(nbrmm.CudaUnavailableError, match=r"^reinitialize\(\) needs a GPU"):
+                nbrmm.reinitialize()
         with pytest.raises(ValueError, match="Could not parse"):
             nbrmm.reinitialize(pool_allocator=True, initial_pool_size="2k")
         assert calls == []  # rmm: the hook has run twice

@@ -125,6 +125,11 @@ def get_device_info(device: int) -> nbrmm._typing.DeviceInfo:
         ``pci_bus_id``.
     """
 
+def _require_gpu(what: str) -> None:
+    """
+    Raise nbrmm.CudaUnavailableError ("<what> needs a GPU, and ...") without a usable GPU.
+    """
+
 def get_versions() -> nbrmm._typing.Versions:
     """
     Versions of the CUDA driver and runtime nbrmm runs with.

@@ -109,6 +109,8 @@ def reinitialize(
 
     Raises
     ------
+    nbrmm.CudaUnavailableError
+        Without a usable CUDA driver or GPU.
     ValueError
         If a size string does not parse.
     nbrmm.InvalidArgumentError
@@ -140,6 +142,8 @@ def reinitialize(
     else:
         initial_pool_size = maximum_pool_size = None
     count = _nbrmm.get_device_count()
+    if count == 0:
+        _nbrmm._require_gpu("reinitialize()")
     for d in devices:
         if not 0 <= d < count:
             raise _nbrmm.InvalidArgumentError(

@@ -19,21 +19,36 @@
 
 namespace nbrmm {
 
+namespace {
+
+/// The CUDA errors that say there is no usable driver or GPU.
+constexpr cudaError_t no_gpu_errors[] = {
+  cudaErrorInsufficientDriver,   cudaErrorNoDevice,
+  cudaErrorStubLibrary,          cudaErrorSystemDriverMismatch,
+  cudaErrorCompatNotSupportedOnDevice, cudaErrorCallRequiresNewerDriver,
+};
+
+/// "<CUDA's description> (<error name>)".
+std::string cuda_reason(cudaError_t status)
+{
+  return std::string{cudaGetErrorString(status)} + " (" + cudaGetErrorName(status) + ")";
+}
+
+std::string no_gpu_text(std::string const& what, cudaError_t status)
+{
+  return what + " needs a GPU, and there is no usable CUDA driver or GPU: " + cuda_reason(status);
+}
+
+}  // namespace
+
 void throw_cuda_error(cudaError_t status, char const* what)
 {
   cudaGetLastError();  // clear the runtime's last-error state
-  std::string message = std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
-                        cudaGetErrorString(status);
-  switch (status) {
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNoDevice:
-    case cudaErrorStubLibrary:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorCallRequiresNewerDriver:
-      throw no_gpu_error{"no usable CUDA driver or GPU: " + message};
-    default: throw rmm::cuda_error{message};
+  for (cudaError_t const e : no_gpu_errors) {
+    if (status == e) { throw no_gpu_error{no_gpu_text(what, status)}; }
   }
+  throw rmm::cuda_error{std::string{what} + " failed: " + cudaGetErrorName(status) + ": " +
+                        cudaGetErrorString(status)};
 }
 
 namespace {
@@ -71,16 +86,28 @@ void restore_exception(py_owned const& exc) noexcept
                 PyException_GetTraceback(value));
 }
 
-/// Whether a librmm message reports a missing or unusable CUDA driver or GPU.
-bool no_usable_driver(std::string const& message)
+/// The CUDA error of a librmm message that reports a missing or unusable CUDA driver or
+/// GPU (cudaSuccess when it reports none).
+cudaError_t no_usable_driver(std::string const& message)
 {
-  for (char const* name : {"cudaErrorInsufficientDriver", "cudaErrorNoDevice",
-                           "cudaErrorStubLibrary", "cudaErrorSystemDriverMismatch",
-                           "cudaErrorCompatNotSupportedOnDevice", "cudaErrorCallRequiresNewerDriver",
-                           "CUDA driver version is insufficient"}) {
-    if (message.find(name) != std::string::npos) { return true; }
+  for (cudaError_t const e : no_gpu_errors) {
+    if (message.find(cudaGetErrorName(e)) != std::string::npos) { return e; }
   }
-  return false;
+  if (message.find(cudaGetErrorString(cudaErrorInsufficientDriver)) != std::string::npos) {
+    return cudaErrorInsufficientDriver;
+  }
+  return cudaSuccess;
+}
+
+/// nbrmm's words for a librmm message that reports no usable driver or GPU: what librmm
+/// tried (an allocation, when it says so) and CUDA's reason. librmm's own framing
+/// ("Maximum pool size exceeded", sizes of its internal requests) is left out.
+std::string no_gpu_message(std::string const& message, cudaError_t status)
+{
+  if (message.find("failed to allocate") != std::string::npos) {
+    return no_gpu_text("allocating device memory", status);
+  }
+  return "there is no usable CUDA driver or GPU: " + cuda_reason(status);
 }
 
 /// Sets `type` with the cleaned message, or nbrmm.CudaUnavailableError when the message
@@ -88,8 +115,8 @@ bool no_usable_driver(std::string const& message)
 void set_rmm_error(PyObject* type, char const* what)
 {
   std::string const message = clean_message(what);
-  if (no_usable_driver(message)) {
-    PyErr_SetString(unavailable_type, ("no usable CUDA driver or GPU: " + message).c_str());
+  if (cudaError_t const status = no_usable_driver(message); status != cudaSuccess) {
+    PyErr_SetString(unavailable_type, no_gpu_message(message, status).c_str());
     return;
   }
   PyErr_SetString(type, message.c_str());

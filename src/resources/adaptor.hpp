@@ -32,6 +32,17 @@ inline DeviceMemoryResource& resource_on_device(nb::handle obj, char const* para
   return r;
 }
 
+/// Without a usable GPU, refuses (nbrmm.CudaUnavailableError) to build `what`, a resource
+/// that takes memory from `upstream_mr` ahead of its allocations (a pool, an arena, blocks
+/// of a fixed size), over a resource that allocates with CUDA: that memory can never come,
+/// and librmm would report the failure in its own words (a pool also logs it to stderr).
+inline void require_gpu_for(nb::handle upstream_mr, char const* what)
+{
+  if (device_count() > 0) { return; }
+  std::string const below = gpu_resource_below(upstream_mr);
+  if (!below.empty()) { require_gpu((std::string{what} + " over " + below).c_str()); }
+}
+
 /// Finishes the `__init__` of a resource that has no upstream: `self` is raw memory.
 template <class Py>
 void init_resource(Py* self, device_resource res, int device, bool host_accessible = false)
@@ -59,6 +70,7 @@ nb::class_<Py, DeviceMemoryResource> bind_plain_resource(nb::handle scope,
     },
     "Create a resource on the current device.");
   register_typed_wrapper<Py, Cpp, HostAccessible>();
+  register_gpu_resource_type(cls);  // managed, pinned and system memory: CUDA allocates
   return cls;
 }
 

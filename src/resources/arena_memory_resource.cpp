@@ -55,6 +55,12 @@ arena does not expose it (``upstream_mr`` is then None).)doc")
                                   .c_str());
         }
         bool const dump = bool_arg(dump_log_on_failure, "dump_log_on_failure");
+        resource_on_device(upstream_mr, "upstream_mr", current_device());
+        require_gpu_for(upstream_mr, "ArenaMemoryResource");
+        if (!size) {
+          require_gpu("ArenaMemoryResource without arena_size (the default is half of the "
+                      "device's free memory)");
+        }
         init_adaptor(
           self, upstream_mr,
           [&](device_resource up) { return arena_resource{std::move(up), size, dump}; }, true);

@@ -105,6 +105,10 @@ allocations.)doc")
                                     .c_str());
           }
         }
+        if (!none) {  // the bins take blocks from the upstream at once
+          resource_on_device(upstream_mr, "upstream_mr", current_device());
+          require_gpu_for(upstream_mr, "BinningMemoryResource's bins");
+        }
         init_adaptor(
           self, upstream_mr,
           [&](device_resource up) {
@@ -136,6 +140,7 @@ allocations.)doc")
         }
         binning_resource& bins = binning_of(self);
         if (bin_resource.is_none()) {
+          require_gpu_for(self.upstream, "a bin of fixed-size blocks");
           gil_release release;
           bins.add_bin(size);
           return;

@@ -39,6 +39,7 @@ the constructor raises ``nbrmm.LogicError`` otherwise. The memory is host-access
       },
       "The ``cudaMemPool_t`` of the managed pool, as an int.");
   register_typed_wrapper<CudaAsyncManagedMemoryResource, async_managed, true>();
+  register_gpu_resource_type(nb::type<CudaAsyncManagedMemoryResource>());
 }
 
 }  // namespace nbrmm

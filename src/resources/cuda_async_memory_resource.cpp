@@ -76,6 +76,7 @@ nbrmm.LogicError
       },
       "The ``cudaMemPool_t`` of the pool, as an int.");
   register_typed_wrapper<CudaAsyncMemoryResource, async_resource>();
+  register_gpu_resource_type(nb::type<CudaAsyncMemoryResource>());
 }
 
 }  // namespace nbrmm

@@ -125,6 +125,7 @@ pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
       "The ``cudaMemPool_t`` this resource allocates from, as an int.");
   register_typed_wrapper<CudaAsyncViewMemoryResource, owned_view>();
   register_typed_wrapper<CudaAsyncViewMemoryResource, view_resource>();
+  register_gpu_resource_type(nb::type<CudaAsyncViewMemoryResource>());
 }
 
 }  // namespace nbrmm

@@ -23,6 +23,7 @@ Every allocation synchronizes the device; prefer a pool or arena for speed.)doc"
       },
       "Create a resource on the current device.");
   register_typed_wrapper<CudaMemoryResource, rmm::mr::cuda_memory_resource>();
+  register_gpu_resource_type(nb::type<CudaMemoryResource>());
 }
 
 }  // namespace nbrmm

@@ -52,6 +52,8 @@ blocks_to_preallocate : int, optional
                                  " bytes do not fit in the address space")
                                   .c_str());
         }
+        resource_on_device(upstream_mr, "upstream_mr", current_device());
+        require_gpu_for(upstream_mr, "FixedSizeMemoryResource");
         init_adaptor(
           self, upstream_mr,
           [&](device_resource up) { return fixed_resource{std::move(up), block, count}; }, true);

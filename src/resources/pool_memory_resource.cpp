@@ -72,7 +72,10 @@ MemoryError
                                  " bytes) exceeds the maximum pool size (" +
                                  std::to_string(*maximum) + " bytes)");
         }
+        require_gpu_for(upstream_mr, "PoolMemoryResource");
         if (!initial) {
+          require_gpu("PoolMemoryResource without initial_pool_size (the default is half of "
+                      "the device's free memory)");
           {
             gil_release release;
             initial = rmm::percent_of_free_device_memory(50);

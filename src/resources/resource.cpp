@@ -349,6 +349,13 @@ bool walk(nb::handle obj, Hit&& hit, std::vector<PyObject*>& seen)
   return false;
 }
 
+/// The classes registered with register_gpu_resource_type (owned by the module).
+std::vector<PyObject*>& gpu_resource_types()
+{
+  static std::vector<PyObject*> types;
+  return types;
+}
+
 bool reaches_running_callback(nb::handle mr)
 {
   std::vector<PyObject*> seen;
@@ -496,6 +503,26 @@ PyType_Slot resource_type_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(re
                                      {0, nullptr}};
 
 void set_resource_type(PyTypeObject* type) noexcept { resource_type = type; }
+
+void register_gpu_resource_type(nb::handle type) { gpu_resource_types().push_back(type.ptr()); }
+
+std::string gpu_resource_below(nb::handle mr)
+{
+  std::string name;
+  std::vector<PyObject*> seen;
+  walk(mr,
+       [&name](nb::handle node) {
+         for (PyObject* type : gpu_resource_types()) {
+           if (PyObject_TypeCheck(node.ptr(), reinterpret_cast<PyTypeObject*>(type))) {
+             name = nb::cast<std::string>(node.type().attr("__name__"));
+             return true;
+           }
+         }
+         return false;
+       },
+       seen);
+  return name;
+}
 
 // ------------------------------------------------------------------------------------
 // Blocks

@@ -355,6 +355,14 @@ void register_typed_wrapper()
 /// GC slots shared by every resource class (see the comment at the top).
 extern PyType_Slot resource_type_slots[];
 
+/// Records a resource class whose resources allocate with CUDA (CudaMemoryResource, ...):
+/// without a usable GPU, none of their allocations can succeed.
+void register_gpu_resource_type(nb::handle type);
+
+/// The class name of the first resource object that `mr` allocates through (itself, its
+/// upstream, its bins) whose class allocates with CUDA; empty when there is none.
+std::string gpu_resource_below(nb::handle mr);
+
 /// Records the class nbrmm.mr.DeviceMemoryResource (once, when it is bound).
 void set_resource_type(PyTypeObject* type) noexcept;
 

@@ -36,6 +36,7 @@ headroom : int or str
       },
       nb::arg("headroom"), nb::sig("def __init__(self, headroom: int | str) -> None"));
   register_typed_wrapper<SamHeadroomMemoryResource, rmm::mr::sam_headroom_memory_resource, true>();
+  register_gpu_resource_type(nb::type<SamHeadroomMemoryResource>());
 }
 
 }  // namespace nbrmm

@@ -171,6 +171,10 @@ dict
     ``pci_bus_id``.)doc");
 
   m.def(
+    "_require_gpu", [](std::string const& what) { require_gpu(what.c_str()); }, nb::arg("what"),
+    "Raise nbrmm.CudaUnavailableError (\"<what> needs a GPU, and ...\") without a usable GPU.");
+
+  m.def(
     "get_versions",
     []() {
       int driver = 0;

@@ -245,9 +245,12 @@ nbrmm.CudaError
          if (obj.is_none()) {
            auto const f = stream_flags_arg(flags, "flags");
            std::shared_ptr<rmm::cuda_stream> owned;
-           {
+           try {
              gil_release release;
              owned = std::make_shared<rmm::cuda_stream>(f);
+           } catch (rmm::cuda_error const&) {
+             require_gpu("Stream()");  // says so when there is no GPU
+             throw;
            }
            new (self) Stream{owned->value(), std::move(owned), nb::object{}};
            return;

@@ -1,6 +1,7 @@
 // nbrmm.CudaStreamPool (rmm/cuda_stream_pool.hpp): a fixed set of streams handed out
 // round-robin. Streams taken from the pool keep the pool alive.
 #include "bindings.hpp"
+#include "core/device.hpp"
 #include "core/gil.hpp"
 #include "core/rmm_compat.hpp"
 #include "streams/stream.hpp"
@@ -45,9 +46,12 @@ flags : CudaStreamFlags, optional
         auto const flags     = stream_flags_arg(flags_arg, "flags");
         if (pool_size == 0) { throw_invalid_argument("pool_size: must be positive"); }
         std::unique_ptr<rmm::cuda_stream_pool> pool;
-        {
+        try {
           gil_release release;
           pool = std::make_unique<rmm::cuda_stream_pool>(pool_size, flags);
+        } catch (rmm::cuda_error const&) {
+          require_gpu("CudaStreamPool()");  // says so when there is no GPU
+          throw;
         }
         new (self) CudaStreamPool{std::move(pool)};
       },
