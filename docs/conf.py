@@ -31,6 +31,7 @@ from typing import Any
 
 import nbrmm
 import sphinx.util.inspect as _sphinx_inspect
+from nbrmm._call_errors import CATCH_ALL_NOTE
 
 project = "nbrmm"
 author = "The nbrmm authors"
@@ -179,8 +180,12 @@ def _drop_signature_lines(app, what, name, obj, options, lines):
     """Remove nanobind's signature lines from a docstring.
 
     autodoc already takes the signature out of the docstrings it documents; autosummary's
-    one-line summaries and overloads' extra lines still carry it.
+    one-line summaries and overloads' extra lines still carry it. The line of the catch-all
+    overload that reports refused calls (``name(...): other arguments raise TypeError
+    ...``, see ``src/core/call_errors.cpp``) is no signature of the interface: it goes
+    wherever it stands (a class's docstring carries its ``__init__``'s).
     """
+    lines[:] = [line for line in lines if not line.endswith(CATCH_ALL_NOTE)]
     short = name.rsplit(".", 1)[-1]
     while lines and (m := _SIGNATURE_LINE.match(lines[0])) and m["name"] in (short, "__init__"):
         del lines[0]

@@ -6,6 +6,10 @@ that only some versions expose as methods (``__buffer__``/``__release_buffer__``
 >= 3.12) are left out, and so is ``__del__``, the wrapper CPython shows for a type's
 garbage-collector finalizer (not a method to call).
 
+Each public function and method of the extension has a second overload, a catch-all that
+reports calls the first one refuses (``src/core/call_errors.cpp``); it is no part of the
+interface, and the stub declares only the first.
+
 Two imports that stubgen derives from the runtime module are dropped: the test-only
 submodule ``_testing`` (no stub), and ``nbrmm._pickle``'s reduce functions, which
 ``nbrmm._pickle`` installs on ``Buffer`` at import (stubgen would declare them as
@@ -57,13 +61,35 @@ def normalize(text: str) -> str:
     return "".join(out)
 
 
+# Runs nanobind's stubgen with the catch-all overloads left out (see above).
+STUBGEN = """
+import sys
+import nanobind.stubgen as stubgen
+from nbrmm._call_errors import is_catch_all
+
+put_nb_func = stubgen.StubGen.put_nb_func
+
+
+def put_without_catch_all(self, fn, name=None, is_classmethod=False):
+    real = [s for s in fn.__nb_signature__ if not is_catch_all(s[0])]
+    if len(real) == 1 and len(fn.__nb_signature__) == 2:
+        self.put_nb_overload(fn, real[0], name, is_classmethod=is_classmethod)
+    else:
+        put_nb_func(self, fn, name, is_classmethod)
+
+
+stubgen.StubGen.put_nb_func = put_without_catch_all
+stubgen.main(sys.argv[1:])
+"""
+
+
 def generate(output: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = pathlib.Path(tmp) / "_nbrmm.pyi"
         # NBRMM_STUBGEN: the package leaves the classes' module names as the extension's
         # (nbrmm._public), which is where the stub declares them.
         subprocess.run(
-            [sys.executable, "-m", "nanobind.stubgen", "-q", "--include-private",
+            [sys.executable, "-c", STUBGEN, "-q", "--include-private",
              "-m", "nbrmm._nbrmm", "-o", str(raw)],
             check=True,
             env={**os.environ, "NBRMM_STUBGEN": "1"},

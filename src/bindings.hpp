@@ -39,5 +39,7 @@ void bind_lent_memory(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);
 void bind_history(nb::module_& m);
+/// Last: the catch-all overloads that report calls no binding accepts (core/call_errors.cpp).
+void add_call_errors(nb::module_& m);
 
 }  // namespace nbrmm

@@ -53,6 +53,7 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);
   nbrmm::bind_history(m);
+  nbrmm::add_call_errors(m);  // after every binding: it adds to each public one
 }
 
 #undef PyInit__nbrmm

@@ -229,6 +229,17 @@ def test_signatures_name_public_types_and_real_defaults(site):
                      html)
 
 
+def test_the_catch_all_overloads_are_not_in_the_reference(site):
+    """The overload that reports refused calls is no signature of the interface."""
+    from nbrmm._call_errors import CATCH_ALL_NOTE
+
+    pages = sorted((site / "api").rglob("*.html"))
+    assert len(pages) > 50
+    for page in pages:
+        assert "other arguments raise TypeError" not in text_of(page), page.name
+    assert CATCH_ALL_NOTE.startswith("(...): other arguments raise TypeError")
+
+
 def test_the_guides_link_into_the_reference(site):
     for page in ["moving-from-rmm", "differences", "buffers"]:
         html = (site / f"{page}.html").read_text()

@@ -1520,3 +1520,5 @@ def _history_pop_tag(depth: int) -> None:
 
 def _history_current_tag() -> str | None:
     """The innermost tag of this thread, or None."""
+
+_CATCH_ALL_NOTE: str = ...
