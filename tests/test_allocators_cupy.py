@@ -855,7 +855,8 @@ def test_gpu_threads_with_their_own_streams(cupy_gpu):
                 barrier.wait()
                 x = cupy.arange(10000, dtype=cupy.float64)
                 total = float((x * 3).sum())
-                assert _stream_of(x) == stream.ptr
+                with lock:
+                    assert ("allocate", x.data.ptr, stream.ptr) in log
                 stream.synchronize()
                 assert total == 3 * 9999 * 10000 / 2
                 del x
@@ -909,10 +910,12 @@ def test_gpu_current_stream_object_outlives_its_allocations(cupy_gpu):
 def test_gpu_fixed_stream(cupy_gpu):
     cupy, hook = cupy_gpu
     stream = nbrmm.Stream(flags=nbrmm.CudaStreamFlags.NON_BLOCKING)
-    alloc = hook.cupy_allocator(mr=nbrmm.mr.CudaMemoryResource(), stream=stream)
+    log = []
+    alloc = hook.cupy_allocator(mr=_recording(nbrmm.mr.CudaMemoryResource(), log), stream=stream)
     with cupy.cuda.using_allocator(alloc):
         x = cupy.full(10, 7, dtype=cupy.int32)
-    assert _stream_of(x) == stream.handle
+    assert [(kind, handle) for kind, _, handle in log] == [("allocate", stream.handle)]
+    assert log[0][1] >= 40
     stream.synchronize()
     assert int(x.sum()) == 70
 
