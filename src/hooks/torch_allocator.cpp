@@ -36,6 +36,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -234,6 +235,13 @@ void* torch_hook_alloc(int slot, std::size_t size, int device, cudaStream_t stre
   try {
     history::nested_call const nested;
     ptr = allocate_for_torch(slot, size, device, stream);
+  } catch (rmm::out_of_memory const& e) {
+    // torch reports the error's text as a RuntimeError: nbrmm's words, not librmm's
+    // source locations.
+    history::failed(size, device, stream, history::source::torch);
+    throw std::runtime_error{"out of memory: nbrmm could not allocate " + std::to_string(size) +
+                             " bytes on device " + std::to_string(device) +
+                             " for torch: " + clean_message(e.what())};
   } catch (...) {
     history::failed(size, device, stream, history::source::torch);
     throw;

@@ -21,8 +21,9 @@ a resource implemented in Python takes it for its callbacks, so prefer C++ resou
 torch.
 
 A failed allocation raises the C++ error into torch, which reports it as a
-``RuntimeError`` carrying librmm's message (torch's pluggable allocators cannot raise
-``torch.cuda.OutOfMemoryError``).
+``RuntimeError`` (torch's pluggable allocators cannot raise ``torch.cuda.OutOfMemoryError``);
+out of memory, its message starts ``out of memory: nbrmm could not allocate N bytes on
+device D for torch:`` and gives the resource's reason.
 """
 
 from __future__ import annotations

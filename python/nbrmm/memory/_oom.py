@@ -67,7 +67,7 @@ class OutOfMemoryReport:
 
     def lines(self) -> list[str]:
         """The report as the lines the error message adds."""
-        where = f"device {self.device}" if self.device >= 0 else "no device (host memory)"
+        where = f"device {self.device}" if self.device >= 0 else "no device"
         out = [
             f"asked {self.resource} for {format_bytes(self.requested)} on {where}, "
             f"stream 0x{self.stream:x}"
