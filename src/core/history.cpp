@@ -107,6 +107,11 @@ struct recorder {
   std::unordered_map<std::string, std::uint32_t> stack_ids{{std::string{}, 0}};
   /// The Python hooks (their functions' code objects) and the library each stands for.
   std::unordered_map<PyObject*, std::uint32_t> hooks;
+  /// The names that records use most (strings are never dropped: the ids stay).
+  std::uint32_t const unknown_id = intern("unknown");
+  std::uint32_t const native_id  = intern("native");
+  std::uint32_t const torch_id   = intern("torch");
+  std::uint32_t const nbrmm_id   = intern("nbrmm");
 
   std::uint32_t intern(std::string_view s)
   {
@@ -160,9 +165,9 @@ std::int64_t now_ns() noexcept
 std::uint32_t library_id(recorder& r, source src)
 {
   switch (src) {
-    case source::native: return r.intern("native");
-    case source::torch: return r.intern("torch");
-    default: return r.intern("nbrmm");
+    case source::native: return r.native_id;
+    case source::torch: return r.torch_id;
+    default: return r.nbrmm_id;
   }
 }
 
@@ -385,7 +390,7 @@ void detail::freed(void const* ptr, std::size_t bytes, int device, void const* s
     if (!detail::recording.load(std::memory_order_relaxed) || !r.records(device)) { return; }
     auto const address = reinterpret_cast<std::uintptr_t>(ptr);
     event e{now_ns(), free_, true, address, bytes, device, reinterpret_cast<std::uintptr_t>(stream),
-            r.intern("unknown"), r.intern("unknown"), 0};
+            r.unknown_id, r.unknown_id, 0};
     if (auto it = r.live.find(address); it != r.live.end()) {
       e.before_recording = false;
       e.size             = it->second.size;
