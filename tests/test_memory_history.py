@@ -62,6 +62,27 @@ def test_records_allocations_and_frees_with_frames(host):
     assert snap.events[0].time_ns <= snap.events[1].time_ns
 
 
+def test_frames_give_the_line_of_each_call(host):
+    # Two calls on two lines of one function, and one line run many times: each event's
+    # innermost frame has the line that made it.
+    import inspect
+
+    def allocate_twice():
+        first = nbrmm.Buffer(10, mr=host)
+        second = nbrmm.Buffer(20, mr=host)
+        return first, second
+
+    memory.record_history()
+    made_at = inspect.currentframe().f_lineno + 1
+    kept = [allocate_twice() for _ in range(3)]
+    start = inspect.getsourcelines(allocate_twice)[1]
+    lines = [(e.size, e.frames[0].line) for e in events(memory.snapshot(), "alloc")]
+    assert lines == [(10, start + 1), (20, start + 2)] * 3
+    outer = {e.frames[1].line for e in events(memory.snapshot(), "alloc")}
+    assert outer == {made_at}
+    del kept
+
+
 def test_every_nbrmm_entry_point_is_recorded(host):
     memory.record_history()
     current = nbrmm.Buffer(100, mr=host)  # explicit
