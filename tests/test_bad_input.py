@@ -123,3 +123,22 @@ def test_bad_input_raises_and_leaks_nothing(call, exc, pattern):
 
 def test_the_matrix_covers_the_public_api():
     assert len(CASES) >= 45
+
+
+def test_text_that_is_not_valid_utf8_is_named_escaped():
+    # Lone surrogates in a size string, in a class's name and in a keyword: nbrmm's own
+    # messages, the text escaped (never a C++ conversion error).
+    heap = HostHeap()
+    with pytest.raises(ValueError, match=r"nbytes: Could not parse '1\\udcffGiB'"):
+        nbrmm.Buffer("1\udcffGiB", mr=heap.resource())
+    odd = type("Odd", (), {})
+    odd.__qualname__ = "Odd\udcff"
+    for bad in (odd, odd()):
+        with pytest.raises(TypeError) as info:
+            mr.StatisticsResourceAdaptor(bad)
+        message = str(info.value)
+        assert message.startswith("upstream_mr:") and "Odd" in message, message
+        assert "basic_string" not in message and "bad_cast" not in message
+    with pytest.raises(TypeError) as info:
+        nbrmm.Buffer(8, **{"\udcff": 1})
+    assert "bad_cast" not in str(info.value) and "\\udcff" in str(info.value)

@@ -596,3 +596,92 @@ def test_a_resource_callback_may_use_the_history():
     assert seen == [(0, "inside"), (1, "inside")]
     assert [(e.size, e.tag) for e in memory.snapshot().events] == [(64, "outside")]
     del buf, extra
+
+
+def test_tags_left_out_of_order_take_only_themselves(host):
+    # A generator suspended inside its tag, closed inside the caller's tag: closing it
+    # takes its own tag away and leaves the caller's.
+    def produce():
+        with memory.tag("producer"):
+            yield
+
+    memory.record_history()
+    gen = produce()
+    next(gen)
+    with memory.tag("caller"):
+        gen.close()
+        assert memory.current_tag() == "caller"
+        buf = nbrmm.Buffer(8, mr=host)
+    assert memory.current_tag() is None
+    assert [e.tag for e in events(memory.snapshot(), "alloc")] == ["caller"]
+    del buf
+
+
+def test_a_tag_left_on_another_thread_is_a_clear_error():
+    t = memory.tag("entered here")
+    t.__enter__()
+    errors = run_threads(lambda k: t.__exit__(None, None, None), 1)
+    assert [type(e) for e in errors] == [RuntimeError]
+    assert "left on a thread that did not enter it" in str(errors[0])
+    assert memory.current_tag() == "entered here"  # still this thread's, until it leaves it
+    t.__exit__(None, None, None)
+    assert memory.current_tag() is None
+    with pytest.raises(RuntimeError, match="did not enter it"):
+        memory.tag("never entered").__exit__(None, None, None)
+
+
+def test_tag_names_are_kept_whole(host):
+    class Evil(str):
+        def encode(self, *args):  # not what the tag reads
+            return b"\xff"
+
+    with memory.tag("a\x00b"):
+        assert memory.current_tag() == "a\x00b"
+    memory.record_history()
+    with memory.tag(Evil("evil")):
+        assert memory.current_tag() == "evil"
+        buf = nbrmm.Buffer(8, mr=host)
+    assert events(memory.snapshot(), "alloc")[0].tag == "evil"
+    del buf
+
+
+def test_fork_while_threads_record():
+    # A child forked while other threads record allocations and frees allocates and
+    # records on (the recorder's lock is never inherited held).
+    out = run_python(
+        """
+        import os, signal, sys, threading
+        sys.path.insert(0, %r)
+        import nbrmm, nbrmm.memory as memory
+        from extensions import testing
+        heap = testing.host_heap_resource()
+        memory.record_history()
+        stop = False
+
+        def churn(i):
+            while not stop:
+                with memory.tag(f"t{i}"):
+                    nbrmm.Buffer(100 + i, mr=heap)
+
+        threads = [threading.Thread(target=churn, args=(i,), daemon=True) for i in range(6)]
+        for t in threads:
+            t.start()
+        failed = 0
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(10)
+                b = nbrmm.Buffer(64, mr=heap)
+                memory.snapshot()
+                del b
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            failed += status != 0
+        stop = True
+        print("failed", failed)
+        """
+        % os.path.dirname(HERE),
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["failed", "0"], out.stdout + out.stderr

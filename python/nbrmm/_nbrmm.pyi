@@ -1511,11 +1511,11 @@ def _history_data() -> tuple[list[str], list[tuple[int, int, int]], list[tuple[i
     """
 
 def _history_push_tag(name: str) -> int:
-    """Push a tag on this thread's stack; returns the new depth."""
+    """Push a tag on this thread's stack; returns the token that pops it."""
 
-def _history_pop_tag(depth: int) -> None:
+def _history_pop_tag(token: int) -> bool:
     """
-    Pop this thread's tag stack back below `depth` (as _history_push_tag returned it).
+    Take the tag pushed with `token` off this thread's stack; False when this thread has none such.
     """
 
 def _history_current_tag() -> str | None:

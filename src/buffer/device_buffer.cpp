@@ -948,7 +948,7 @@ BufferError
                     static_cast<unsigned long long>(
                       reinterpret_cast<std::uintptr_t>(self.mem->data())));
       std::string text{"<"};
-      text.append(nb::type_name(py_self.type()).c_str())
+      text.append(utf8(nb::type_name(py_self.type())))
         .append(" size=")
         .append(std::to_string(self.mem->size()))
         .append(" ptr=")

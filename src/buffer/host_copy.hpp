@@ -2,6 +2,7 @@
 // the Buffer methods and the raw-pointer copies of nbrmm.pylibrmm.device_buffer.
 #pragma once
 
+#include "core/args.hpp"
 #include "core/errors.hpp"
 #include "core/gil.hpp"
 #include "streams/stream.hpp"
@@ -52,7 +53,7 @@ class host_view {
       }
       std::string text = std::string{param} + ": expected a C-contiguous" +
                          (writable ? " writable" : "") + " buffer (bytes-like or NumPy array): " +
-                         nb::str(msg).c_str();
+                         utf8(msg);
       if (wrong_type) { throw nb::type_error(text.c_str()); }
       if (buffer_error) { throw nb::buffer_error(text.c_str()); }
       throw nb::value_error(text.c_str());

@@ -73,11 +73,25 @@ std::size_t parse_size_string(std::string const& text, char const* param)
 
 }  // namespace
 
+std::string utf8(nb::handle obj)
+{
+  nb::object text = PyUnicode_Check(obj.ptr()) ? nb::borrow(obj) : nb::steal(PyObject_Str(obj.ptr()));
+  PyObject* bytes =
+    text.is_valid() ? PyUnicode_AsEncodedString(text.ptr(), "utf-8", "backslashreplace") : nullptr;
+  if (bytes == nullptr) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  std::string out{PyBytes_AsString(bytes), static_cast<std::size_t>(PyBytes_Size(bytes))};
+  Py_DECREF(bytes);
+  return out;
+}
+
 std::string type_of(nb::handle obj, nb::handle expected)
 {
   if (obj.is_none()) { return "None"; }
-  if (!PyType_Check(obj.ptr())) { return nb::type_name(obj.type()).c_str(); }
-  std::string const name = nb::cast<std::string>(obj.attr("__qualname__"));
+  if (!PyType_Check(obj.ptr())) { return utf8(nb::type_name(obj.type())); }
+  std::string const name = utf8(obj.attr("__qualname__"));
   std::string text = "the class " + name;
   if (expected.is_valid()) {
     int const derived = PyObject_IsSubclass(obj.ptr(), expected.ptr());
@@ -86,7 +100,7 @@ std::string type_of(nb::handle obj, nb::handle expected)
       nb::object const members = nb::getattr(obj, "__members__", nb::none());
       if (!members.is_none() && nb::len(members) > 0) {
         nb::iterator const names = nb::iter(members);
-        text += "; pass a member, e.g. " + name + "." + nb::cast<std::string>(*names);
+        text += "; pass a member, e.g. " + name + "." + utf8(*names);
       } else {
         text += "; pass an instance, e.g. " + name + "(...)";
       }
@@ -102,7 +116,7 @@ std::size_t parse_size(nb::handle obj, char const* param)
     long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
     if (overflow == 0 && v >= 0) { return static_cast<std::size_t>(v); }
   }
-  if (PyUnicode_Check(obj.ptr())) { return parse_size_string(nb::cast<std::string>(obj), param); }
+  if (PyUnicode_Check(obj.ptr())) { return parse_size_string(utf8(obj), param); }
   if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
     throw nb::type_error((std::string{param} +
                           ": expected a size in bytes (int or str such as '1GiB'), got " +
@@ -140,7 +154,7 @@ std::size_t alignment_arg(nb::handle obj, char const* param)
       !rmm::is_pow2(static_cast<std::size_t>(v))) {
     if (overflow == 0 && v == -1 && PyErr_Occurred()) { throw nb::python_error(); }
     throw nb::value_error((std::string{param} + ": must be a power of two from 1 to 2**40, got " +
-                           nb::str(obj).c_str())
+                           utf8(obj))
                             .c_str());
   }
   return static_cast<std::size_t>(v);

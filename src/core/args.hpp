@@ -18,6 +18,10 @@ inline constexpr std::size_t max_request = static_cast<std::size_t>(PTRDIFF_MAX)
 /// more than a terabyte).
 inline constexpr std::size_t max_alignment = std::size_t{1} << 40;
 
+/// `obj` as UTF-8 text for a message or a name: a str as it is, with lone surrogates
+/// escaped (\\udcxx), anything else as its str(); never fails ("<unprintable>").
+std::string utf8(nb::handle obj);
+
 /// What `obj` is, for messages "expected ..., got <this>": None, the name of its type, or, for a
 /// class, "the class X", followed by "; pass an instance, e.g. X(...)" when X is `expected`
 /// or derives from it (or "pass a member" for an enum).

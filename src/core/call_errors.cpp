@@ -24,6 +24,7 @@
 // `nbrmm._call_errors` is imported only when a call is refused: importing nbrmm does not
 // pay for it.
 #include "bindings.hpp"
+#include "core/args.hpp"
 
 #include <string>
 #include <utility>
@@ -88,7 +89,7 @@ void add_catch_all(nb::handle scope, std::string const& name, callable_kind kind
     if (nb::len(args) > 0 && nb::inst_check(args[0])) { ready = nb::bool_(nb::inst_ready(args[0])); }
     nb::object const message = nb::module_::import_("nbrmm._call_errors")
                                  .attr("call_error")(scope, name, kind_text, args, kwargs, ready);
-    throw nb::type_error(nb::cast<std::string>(message).c_str());
+    throw nb::type_error(utf8(message).c_str());
   };
   // A method's `self` is the first of `args` (nanobind gives it no annotation).
   auto const marker = nb::arg("_nbrmm_second_pass").none() = nb::none();

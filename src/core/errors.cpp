@@ -10,6 +10,7 @@
 #include "core/errors.hpp"
 
 #include "bindings.hpp"
+#include "core/args.hpp"
 
 #include <atomic>
 #include <exception>
@@ -210,7 +211,7 @@ void throw_python_error()
   bool const oom = PyErr_GivenExceptionMatches(value, PyExc_MemoryError) != 0;
   std::string what;
   if (oom) {
-    what = nb::type_name(nb::handle{type}).c_str();
+    what = utf8(nb::type_name(nb::handle{type}));
     if (nb::object text = nb::steal(PyObject_Str(value)); text.is_valid()) {
       char const* c = PyUnicode_AsUTF8AndSize(text.ptr(), nullptr);
       if (c != nullptr && *c != '\0') {

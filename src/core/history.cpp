@@ -5,6 +5,8 @@
 #include "core/args.hpp"
 #include "core/gil.hpp"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -152,8 +154,18 @@ recorder& state()
   return *r;
 }
 
-/// This thread's tag stack (interned ids), innermost last.
-thread_local std::vector<std::uint32_t> tag_stack;
+/// One entered tag of this thread: its token (what leaving it names), its name, and the
+/// name's interned id once an allocation was recorded under it (0 before: names are
+/// interned only when used, so tags entered while nothing records keep nothing).
+struct entered_tag {
+  std::size_t token;
+  std::string name;
+  std::uint32_t id;
+};
+
+/// This thread's entered tags, innermost last.
+thread_local std::vector<entered_tag> tag_stack;
+thread_local std::size_t last_token = 0;
 
 std::int64_t now_ns() noexcept
 {
@@ -179,16 +191,7 @@ std::string str_attr(PyObject* obj, char const* name)
     PyErr_Clear();
     return {};
   }
-  std::string out;
-  if (PyUnicode_Check(value)) {
-    Py_ssize_t n    = 0;
-    char const* utf = PyUnicode_AsUTF8AndSize(value, &n);
-    if (utf != nullptr) {
-      out.assign(utf, static_cast<std::size_t>(n));
-    } else {
-      PyErr_Clear();
-    }
-  }
+  std::string out = PyUnicode_Check(value) ? utf8(value) : std::string{};
   Py_DECREF(value);
   return out;
 }
@@ -348,7 +351,12 @@ void record_alloc(unsigned char what, void const* ptr, std::size_t bytes, int de
       }
     }
     std::uint32_t const stack = stacks && !frames.empty() ? intern_stack(r, frames, named) : 0;
-    std::uint32_t const tag   = tag_stack.empty() ? library : tag_stack.back();
+    std::uint32_t tag = library;
+    if (!tag_stack.empty()) {
+      entered_tag& t = tag_stack.back();
+      if (t.id == 0) { t.id = r.intern(t.name); }
+      tag = t.id;
+    }
     event const e{now_ns(),
                   what,
                   false,
@@ -522,33 +530,37 @@ nb::tuple data()
 std::size_t push_tag(nb::handle name)
 {
   if (!PyUnicode_Check(name.ptr())) {
-    throw nb::type_error(("name: expected a str, got " +
-                          std::string{nb::type_name(name.type()).c_str()})
-                           .c_str());
+    throw nb::type_error(("name: expected a str, got " + type_of(name)).c_str());
   }
-  std::string const text = nb::cast<std::string>(name);
-  recorder& r            = state();
-  std::uint32_t id       = 0;
-  {
-    std::lock_guard const guard{r.lock};
-    id = r.intern(text);
-  }
-  tag_stack.push_back(id);
-  return tag_stack.size();
+  tag_stack.push_back({++last_token, utf8(name), 0});
+  return last_token;
 }
 
-void pop_tag(std::size_t depth)
+bool pop_tag(std::size_t token)
 {
-  if (depth >= 1 && depth <= tag_stack.size()) { tag_stack.resize(depth - 1); }
+  // The tag entered with `token`, wherever it is: tags left out of order (a generator
+  // closed inside another tag) take only themselves away.
+  for (auto it = tag_stack.rbegin(); it != tag_stack.rend(); ++it) {
+    if (it->token == token) {
+      tag_stack.erase(std::next(it).base());
+      return true;
+    }
+  }
+  return false;
 }
 
 nb::object current_tag()
 {
   if (tag_stack.empty()) { return nb::none(); }
-  recorder& r = state();
-  std::lock_guard const guard{r.lock};
-  return nb::str(r.strings[tag_stack.back()].c_str());
+  std::string const& name = tag_stack.back().name;
+  return nb::steal(PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), "replace"));
 }
+
+/// Forks: the recorder's lock is held across fork() (taken by the forking thread, which
+/// holds no other lock then), so that a child never inherits it locked by a thread it does
+/// not have, nor the recorder half changed.
+void before_fork() noexcept { state().lock.lock(); }
+void after_fork() noexcept { state().lock.unlock(); }
 
 }  // namespace
 
@@ -558,6 +570,7 @@ namespace nbrmm {
 
 void bind_history(nb::module_& m)
 {
+  pthread_atfork(&history::before_fork, &history::after_fork, &history::after_fork);
   m.def("_history_configure", &history::configure, nb::arg("enabled"), nb::arg("devices").none(),
         nb::arg("stacks"), nb::arg("max_events"),
         nb::sig("def _history_configure(enabled: bool, devices: collections.abc.Sequence[int] | "
@@ -574,9 +587,10 @@ void bind_history(nb::module_& m)
         "The recorded history: (strings, frames, stacks, events, live allocations, dropped).");
   m.def("_history_push_tag", &history::push_tag, nb::arg("name").none(),
         nb::sig("def _history_push_tag(name: str) -> int"),
-        "Push a tag on this thread's stack; returns the new depth.");
-  m.def("_history_pop_tag", &history::pop_tag, nb::arg("depth"),
-        "Pop this thread's tag stack back below `depth` (as _history_push_tag returned it).");
+        "Push a tag on this thread's stack; returns the token that pops it.");
+  m.def("_history_pop_tag", &history::pop_tag, nb::arg("token"),
+        "Take the tag pushed with `token` off this thread's stack; False when this thread "
+        "has none such.");
   m.def("_history_current_tag", &history::current_tag,
         nb::sig("def _history_current_tag() -> str | None"),
         "The innermost tag of this thread, or None.");

@@ -76,12 +76,12 @@ std::uint64_t uint_arg(nb::handle obj, char const* param)
   nb::object const index = int_object(obj, param);
   if (PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1) {
     throw_range_error(std::string{param} + ": must be non-negative, got " +
-                      nb::str(index).c_str());
+                      utf8(index));
   }
   auto const v = PyLong_AsUnsignedLongLong(index.ptr());
   if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
-    throw_range_error(std::string{param} + ": " + nb::str(index).c_str() +
+    throw_range_error(std::string{param} + ": " + utf8(index) +
                       " does not fit in 64 bits");
   }
   return static_cast<std::uint64_t>(v);
@@ -94,7 +94,7 @@ int int_arg(nb::handle obj, char const* param, char const* what)
   long long const v      = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (overflow != 0 || v < std::numeric_limits<int>::min() ||
       v > std::numeric_limits<int>::max()) {
-    throw_range_error(std::string{param} + ": " + nb::str(index).c_str() +
+    throw_range_error(std::string{param} + ": " + utf8(index) +
                       " is out of range for " + what);
   }
   return static_cast<int>(v);
@@ -113,7 +113,7 @@ rmm::cuda_stream::flags stream_flags_arg(nb::handle obj, char const* param)
                           v == static_cast<long long>(flags::non_blocking))) {
       return static_cast<flags>(v);
     }
-    throw_invalid_argument(std::string{param} + ": " + nb::str(obj).c_str() +
+    throw_invalid_argument(std::string{param} + ": " + utf8(obj) +
                            " is not a CudaStreamFlags value");
   }
   throw nb::type_error((std::string{param} + ": expected a CudaStreamFlags, got " +

@@ -154,7 +154,7 @@ void raw_deallocate(nb::handle self, std::uintptr_t ptr, std::size_t n, std::siz
   if (foreign) {
     throw nb::value_error(("ptr: " + hex(ptr) + " was allocated by another resource" +
                            (other.is_valid()
-                              ? std::string{" ("} + nb::type_name(other.type()).c_str() + ")"
+                              ? std::string{" ("} + utf8(nb::type_name(other.type())) + ")"
                               : std::string{}))
                             .c_str());
   }
@@ -217,7 +217,7 @@ std::size_t resource_identity(nb::handle self)
   if (!r.res.has_value()) { return 0; }
   if (auto const* st = python_state(r.res)) { return std::hash<void const*>{}(st); }
   // Equal resources must hash alike; the type is the finest key valid for all of them.
-  return std::hash<std::string>{}(nb::type_name(self.type()).c_str());
+  return std::hash<std::string>{}(utf8(nb::type_name(self.type())));
 }
 
 }  // namespace
@@ -256,11 +256,11 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
         if (!overrides(py_self, "allocate", cls) || !overrides(py_self, "deallocate", cls)) {
           throw nb::type_error(("a Python subclass of DeviceMemoryResource must implement "
                                 "allocate() and deallocate(); " +
-                                std::string{nb::type_name(py_self.type()).c_str()} +
+                                std::string{utf8(nb::type_name(py_self.type()))} +
                                 " does not")
                                  .c_str());
         }
-        std::string const name = std::string{nb::type_name(py_self.type()).c_str()} + ".allocate()";
+        std::string const name = std::string{utf8(nb::type_name(py_self.type()))} + ".allocate()";
         python_resource py{py_self.attr("allocate"), py_self.attr("deallocate"), name};
         new (self) DeviceMemoryResource{};
         self->device       = current_device();
@@ -421,7 +421,7 @@ DeviceMemoryResource
     .def("__repr__", [](nb::handle_t<DeviceMemoryResource> self) {
       auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       std::string text{"<"};
-      text.append(nb::type_name(self.type()).c_str())
+      text.append(utf8(nb::type_name(self.type())))
         .append(" device=")
         .append(std::to_string(r.device))
         .append(">");

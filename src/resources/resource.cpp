@@ -83,7 +83,7 @@ void* checked_pointer(python_resource::state const& st, nb::handle result, std::
   auto const raw = PyLong_AsUnsignedLongLong(result.ptr());
   if (PyErr_Occurred() != nullptr) {
     PyErr_Clear();
-    throw_as_python(invalid_argument_type(), st.name + " returned " + nb::str(result).c_str() +
+    throw_as_python(invalid_argument_type(), st.name + " returned " + utf8(result) +
                                                ", which is not a pointer value");
   }
   if (raw == 0) {
@@ -376,7 +376,7 @@ void detail::check_reentry_slow(nb::handle mr, char const* what)
   throw nb::builtin_exception(
     nb::exception_type::runtime_error,
     (std::string{what} + ": this runs inside a Python callback of a memory resource that " +
-     nb::type_name(mr.type()).c_str() +
+     utf8(nb::type_name(mr.type())) +
      " depends on; using it here would call that resource again while it is busy (and "
      "may deadlock). Use a resource that does not depend on it.")
       .c_str());

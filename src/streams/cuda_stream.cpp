@@ -43,7 +43,7 @@ cudaStream_t handle_from_int(nb::handle value, char const* param, char const* so
   if (raw == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();  // negative, or 2**64 and more
     throw_range_error(std::string{param} + ": the stream handle from " + source + " is " +
-                      nb::str(value).c_str() + "; a stream handle is an int from 0 to 2**64 - 1");
+                      utf8(value) + "; a stream handle is an int from 0 to 2**64 - 1");
   }
   return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(raw));
 }

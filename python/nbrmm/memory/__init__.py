@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from nbrmm import _nbrmm
 from nbrmm.memory._oom import OutOfMemoryReport
+from nbrmm.memory._resources import describe_chain, describe_from
 from nbrmm.memory._snapshot import Allocation, Event, Frame, ResourceInfo, Snapshot
 
 __all__ = [
@@ -142,6 +143,10 @@ class tag(contextlib.ContextDecorator):
     Nestable (the innermost tag wins) and per thread; allocations that CuPy, PyTorch or a
     C++ library make on this thread inside it carry the tag too. Also a decorator.
 
+    Tags follow threads, not tasks: a generator or coroutine suspended inside a tag leaves
+    it in place for the code that runs on its thread meanwhile (asyncio tasks of one loop
+    share their thread's tags), and a tag is left on the thread that entered it.
+
     Parameters
     ----------
     name : str
@@ -151,6 +156,8 @@ class tag(contextlib.ContextDecorator):
     ------
     TypeError
         If ``name`` is not a str.
+    RuntimeError
+        On leaving it on a thread that did not enter it.
 
     Examples
     --------
@@ -163,16 +170,22 @@ class tag(contextlib.ContextDecorator):
             raise TypeError(f"name: expected a str, got {type(name).__name__}")
         self.name = name
         # What the history keeps (UTF-8; a lone surrogate as its escape).
-        self._text = name.encode("utf-8", "backslashreplace").decode("utf-8")
-        self._local = threading.local()  # this thread's depths, one per entered `with`
+        self._text = str.encode(name, "utf-8", "backslashreplace").decode("utf-8")
+        self._local = threading.local()  # this thread's tokens, one per entered `with`
 
     def __enter__(self) -> tag:
-        depths = self._local.__dict__.setdefault("depths", [])
-        depths.append(_nbrmm._history_push_tag(self._text))
+        tokens = self._local.__dict__.setdefault("tokens", [])
+        tokens.append(_nbrmm._history_push_tag(self._text))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _nbrmm._history_pop_tag(self._local.depths.pop())
+        tokens = self._local.__dict__.get("tokens")
+        if not tokens:
+            raise RuntimeError(
+                f"{self!r} is left on a thread that did not enter it (a tag is left on "
+                "the thread that entered it)"
+            )
+        _nbrmm._history_pop_tag(tokens.pop())
 
     def __repr__(self) -> str:
         return f"nbrmm.memory.tag({self.name!r})"
@@ -235,10 +248,6 @@ def snapshot() -> Snapshot:
 
 def _resource_chains() -> Iterator[ResourceInfo]:
     """The current resource chain of every device (of device 0 without a GPU)."""
-    from nbrmm.memory._resources import describe_chain
-
-    from nbrmm.memory._resources import describe_from
-
     count = _nbrmm.get_device_count()
     if count == 0:  # no GPU: the current resource (a host-memory one, or none usable)
         yield from describe_from(_nbrmm.get_current_device_resource(), -1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from nbrmm import _nbrmm
+from nbrmm.memory._resources import describe_from
 from nbrmm.memory._snapshot import Frame, ResourceInfo
 
 #: Tags and call sites named in the message (the report has them all).
@@ -112,8 +113,7 @@ def report_for(
     stream: int,
 ) -> OutOfMemoryReport:
     """The report of a failed allocation of ``nbytes`` from ``mr``."""
-    from nbrmm.memory import snapshot
-    from nbrmm.memory._resources import describe_from
+    from nbrmm.memory import snapshot  # (this module is imported by nbrmm.memory)
 
     chain = tuple(describe_from(mr, device))
     recording = _nbrmm._history_recording()
