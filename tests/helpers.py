@@ -1,6 +1,7 @@
 """Helpers shared by the tests (import from here, never from conftest)."""
 
 import ctypes
+import os
 import subprocess
 import sys
 import textwrap
@@ -144,3 +145,10 @@ def cuda_core_host_resource(**properties):
 
         _cuda_core_host_resource_class = CudaCoreHostResource
     return _cuda_core_host_resource_class(**properties)
+
+
+def browser_env():
+    """The environment for a browser the tests start: without the sanitizer runtime that
+    scripts/sanitize-cpu preloads into the tests (Chromium does not run under it)."""
+    drop = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")
+    return {k: v for k, v in os.environ.items() if k not in drop}

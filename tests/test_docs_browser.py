@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import browser_env
 from test_docs_site import built_site
 
 PAGES = ["index", "moving-from-rmm", "differences", "api/generated/nbrmm.Buffer"]
@@ -109,7 +110,7 @@ def layout(browser, site, page, width):
                 [browser, "--headless=new", "--no-sandbox", "--disable-gpu",
                  f"--user-data-dir={profile}", f"--window-size={width},900",
                  "--virtual-time-budget=10000", "--dump-dom", checked.as_uri()],
-                capture_output=True, text=True, timeout=120, check=False,
+                capture_output=True, text=True, timeout=120, check=False, env=browser_env(),
             )
     finally:
         checked.unlink()

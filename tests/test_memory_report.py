@@ -42,6 +42,8 @@ from nbrmm.memory import (
 )
 from nbrmm.memory._torch_format import SnapshotFormatError
 
+from helpers import browser_env
+
 MiB = 1 << 20
 GiB = 1 << 30
 T0 = 1_765_432_100_000_000_000  # ns since the epoch
@@ -874,7 +876,7 @@ def run_browser(browser: str, *args: str, width: int = 1280, height: int = 900) 
             [browser, "--headless=new", "--no-sandbox", "--disable-gpu",
              "--hide-scrollbars", f"--user-data-dir={profile}",
              f"--window-size={width},{height}", "--virtual-time-budget=10000", *args],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True, text=True, timeout=120, check=False, env=browser_env(),
         )  # fmt: skip
     return result.stdout + "\n" + result.stderr[-2000:]
 
