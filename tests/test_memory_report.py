@@ -474,6 +474,156 @@ def test_load_refuses_a_truncated_dump(tmp_path: Path, dumped: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# Hostile files: load bounds its work and the values it reads
+# --------------------------------------------------------------------------------------
+
+
+def _event_dict(**fields: object) -> dict:
+    e = {"time_ns": T0, "action": "alloc", "address": A_PREP, "size": 1, "device": 0,
+         "stream": 0, "tag": "t", "library": "nbrmm", "frames": [],
+         "before_recording": False}  # fmt: skip
+    e.update(fields)
+    return e
+
+
+def _nbrmm_data(events: list, allocations: list | None = None) -> dict:
+    return {"nbrmm": {"version": 1, "events": events, "allocations": allocations or [],
+                      "resources": [], "dropped_events": 0}}  # fmt: skip
+
+
+def _write(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "hostile.pickle"
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    return path
+
+
+@pytest.mark.parametrize("part", ["device_traces", "segments"])
+def test_load_refuses_more_entries_than_the_file_has_bytes(tmp_path: Path, part: str) -> None:
+    # Shared references: 400 KB that would unfold into 10**9 entries.
+    if part == "device_traces":
+        trace = [{"action": "alloc", "addr": 1, "size": 1}] * 100_000
+        data = {"device_traces": [trace] * 10_000}
+    else:
+        segment = {"address": 0, "blocks": [{"size": 1, "state": "inactive"}] * 100_000}
+        data = {"segments": [segment] * 10_000}
+    path = _write(tmp_path, data)
+    assert path.stat().st_size < 500_000
+    with pytest.raises(SnapshotFormatError, match="too many entries") as info:
+        Snapshot.load(path)
+    assert f"a pickle of {path.stat().st_size} bytes" in str(info.value)
+    result = cli(str(path), "-o", str(tmp_path / "out.html"))
+    assert result.returncode == 2 and "too many entries" in result.stderr
+    assert not (tmp_path / "out.html").exists()
+
+
+def test_load_reads_a_frame_list_shared_by_many_entries_once(tmp_path: Path) -> None:
+    # PyTorch shares the frame list of one stack between its entries: counted once.
+    frames = [{"filename": f"f{i}.py", "line": i, "name": "g"} for i in range(200)]
+    trace = [{"action": "alloc", "addr": 256 * i, "size": 1, "frames": frames}
+             for i in range(5000)]  # fmt: skip
+    path = _write(tmp_path, {"device_traces": [trace], "segments": []})
+    assert path.stat().st_size < 5000 * 200
+    loaded = Snapshot.load(path)
+    assert len(loaded.events) == 5000 and len(loaded.events[0].frames) == 200
+    assert loaded.events[0].frames is loaded.events[-1].frames
+    again = tmp_path / "again.pickle"
+    loaded.dump(again)
+    assert Snapshot.load(again) == loaded
+
+
+def test_from_dict_reads_at_most_max_entries() -> None:
+    data = {"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}] * 10]}
+    assert len(_torch_format.from_dict(data, max_entries=11).events) == 10
+    with pytest.raises(SnapshotFormatError, match=r"more than max_entries \(10\)"):
+        _torch_format.from_dict(data, max_entries=10)
+    assert _torch_format.MAX_ENTRIES >= 10**8
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("time_ns", 10**5000, "event time_ns: expected an integer from"),
+        ("time_ns", -(2**63) - 1, "event time_ns"),
+        ("size", 10**400, "event size: expected an integer from 0"),
+        ("size", -1, "event size"),
+        ("address", 2**64, "event address"),
+        ("stream", -1, "event stream"),
+        ("device", 10**12, "event device: expected an integer from -1 to 65535"),
+        ("device", -2, "event device"),
+        ("frames", [("f.py", 2**31, "g")], "event frames"),
+        ("time_ns", "1", "event time_ns: expected an integer, got '1'"),
+    ],
+    ids=["huge-time", "time-below-int64", "huge-size", "negative-size", "address",
+         "stream", "huge-device", "device-below-host", "frame-line", "string"],
+)  # fmt: skip
+def test_load_refuses_numbers_out_of_range(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    path = _write(tmp_path, _nbrmm_data([_event_dict(**{field: value})]))
+    with pytest.raises(SnapshotFormatError, match=re.escape(message)) as info:
+        Snapshot.load(path)
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1, "time_us": 10**30}]]},
+         "time_us"),
+        ({"device_traces": [[]] * 65537}, "nbrmm reads devices 0 to 65535"),
+        ({"segments": [{"address": 2**64, "blocks": []}]}, "segment address"),
+        ({"segments": [{"address": 0, "blocks": [{"size": -1}]}]}, "block size"),
+    ],
+    ids=["time_us", "devices", "segment-address", "block-size"],
+)  # fmt: skip
+def test_load_refuses_pytorch_numbers_out_of_range(
+    tmp_path: Path, data: dict, message: str
+) -> None:
+    with pytest.raises(SnapshotFormatError, match=re.escape(message)):
+        Snapshot.load(_write(tmp_path, data))
+
+
+def _nested_pickle(data: dict, depth: int) -> bytes:
+    """``data`` pickled with the string "NESTED" replaced by a list nested ``depth`` deep."""
+    raw = pickle.dumps(data, protocol=2)
+    marker = b"X\x06\x00\x00\x00NESTED"
+    assert raw.count(marker) == 1
+    return raw.replace(marker, b"]" * depth + b"a" * (depth - 1))  # EMPTY_LIST, APPEND
+
+
+@pytest.mark.parametrize("field", ["time_ns", "frames", "tag"])
+def test_load_refuses_deeply_nested_values_with_a_short_message(
+    tmp_path: Path, field: str
+) -> None:
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(_nested_pickle(_nbrmm_data([_event_dict(**{field: "NESTED"})]), 100_000))
+    with pytest.raises(SnapshotFormatError, match=f"event {field}") as info:
+        Snapshot.load(path)
+    assert len(str(info.value)) < 300
+
+
+def test_load_message_of_a_bad_version_is_short(tmp_path: Path) -> None:
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(_nested_pickle({"nbrmm": {"version": "NESTED"}}, 100_000))
+    with pytest.raises(SnapshotFormatError, match="format version") as info:
+        Snapshot.load(path)
+    assert len(str(info.value)) < 300
+
+
+def test_dump_writes_devices_up_to_max_device_only(tmp_path: Path) -> None:
+    def on(device: int) -> Snapshot:
+        return Snapshot(events=(Event(T0, "alloc", A_PREP, 1, device, 0, "t", "nbrmm"),))
+
+    path = tmp_path / "s.pickle"
+    for device in (-1, _torch_format.MAX_DEVICE):
+        on(device).dump(path)
+        assert Snapshot.load(path) == on(device)
+    for device in (_torch_format.MAX_DEVICE + 1, 10**12, -2):
+        with pytest.raises(ValueError, match=f"device {device}: nbrmm writes devices -1"):
+            on(device).dump(path)
+
+
+# --------------------------------------------------------------------------------------
 # PyTorch's own readers (where PyTorch is installed)
 # --------------------------------------------------------------------------------------
 

@@ -88,6 +88,16 @@ trace is marked ``before_recording``) and its segments' ``active_allocated`` blo
 live allocations), with tag and library ``"torch"``; it has no resources and no count of
 dropped events. (A file of nbrmm's whose ``"nbrmm"`` entry was removed is read the same
 way, and gets its tags and libraries back from the synthetic frames.)
+
+Limits
+------
+:func:`load` reads a file of untrusted origin safely: it unpickles plain data only, and
+refuses (:class:`SnapshotFormatError`) a file that holds more entries (trace entries,
+events, allocations, resources, segments, blocks and frames, each list of frames counted
+once however many entries share it) than it has bytes, which only shared references
+could make it hold, before reading them. Devices are -1 (host) to :data:`MAX_DEVICE`,
+addresses, sizes and streams unsigned 64-bit integers, times signed 64-bit nanoseconds
+and line numbers C ints; :func:`dump` refuses other devices too.
 """
 
 from __future__ import annotations
@@ -95,6 +105,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -116,9 +127,46 @@ _FrameTuple: TypeAlias = tuple[str, int, str]
 
 _LARGE_SEGMENT = 1 << 20  # PyTorch's "large" segments: 1 MiB and up
 
+#: The most entries (trace entries, events, allocations, resources, segments, blocks and
+#: frames, each list of frames counted once however many entries share it) that
+#: :func:`from_dict` reads. :func:`load` allows one entry per byte of the file instead: a
+#: pickle of that size holds no more without shared references, which could otherwise
+#: make reading it take hours.
+MAX_ENTRIES = 100_000_000
+#: The highest device number read (host memory is device -1).
+MAX_DEVICE = 2**16 - 1
+
+# The ranges of the integers read, inclusive: addresses, sizes, streams and counts are
+# unsigned 64-bit, times signed 64-bit nanoseconds, line numbers C ints.
+_U64 = (0, 2**64 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+_TIME_US = (-((2**63 - 1) // 1000), (2**63 - 1) // 1000)  # in range once times 1000
+_C_INT = (-(2**31), 2**31 - 1)
+_DEVICE = (-1, MAX_DEVICE)
+_DEPTH = (0, 2**31 - 1)
+
 
 class SnapshotFormatError(ValueError):
     """The file is not a memory snapshot that :func:`load` can read."""
+
+
+class _Budget:
+    """The entries a snapshot may still hold (see :data:`MAX_ENTRIES`), and the frames of
+    each list of frames read so far (by identity: a list shared by many entries is read
+    once)."""
+
+    def __init__(self, max_entries: int, limit: str) -> None:
+        self.limit = limit
+        self.left = max_entries
+        self.frames: dict[int, tuple[object, tuple[Frame, ...]]] = {}
+
+    def take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise SnapshotFormatError(
+                "too many entries (events, allocations, segment blocks, frames): more "
+                f"than {self.limit}"
+            )
 
 
 # --------------------------------------------------------------------------------------
@@ -154,16 +202,19 @@ def to_dict(snapshot: Snapshot) -> _Dict:
     dict
         ``segments``, ``device_traces``, ``allocator_settings`` and ``nbrmm``, as
         ``torch.cuda.memory._snapshot()`` returns them (plus ``nbrmm``).
+
+    Raises
+    ------
+    ValueError
+        An event or allocation is on a device other than -1 (host) to
+        :data:`MAX_DEVICE`.
     """
-    cuda = [
-        d
-        for d in [e.device for e in snapshot.events] + [a.device for a in snapshot.allocations]
-        if d >= 0
-    ]
-    host_index = max(cuda, default=0) + 1
-    has_host = any(e.device < 0 for e in snapshot.events) or any(
-        a.device < 0 for a in snapshot.allocations
-    )
+    devices = {e.device for e in snapshot.events} | {a.device for a in snapshot.allocations}
+    for d in sorted(devices):
+        if not _DEVICE[0] <= d <= _DEVICE[1]:
+            raise ValueError(f"device {d}: nbrmm writes devices -1 (host) to {MAX_DEVICE}")
+    host_index = max((d for d in devices if d >= 0), default=0) + 1
+    has_host = -1 in devices
 
     def index(device: int) -> int:
         return host_index if device < 0 else device
@@ -211,17 +262,18 @@ def to_dict(snapshot: Snapshot) -> _Dict:
                     }
                 )
 
+    live: dict[int, list[Allocation]] = {}
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for a in snapshot.allocations:
+        live.setdefault(index(a.device), []).append(a)
+        ranges.setdefault(index(a.device), []).append((a.address, a.size))
+    for e in snapshot.events:
+        device_ranges = ranges.setdefault(index(e.device), [])
+        if e.action in ("alloc", "free"):
+            device_ranges.append((e.address, e.size))
     segments: list[_Dict] = []
-    for device in sorted(
-        {index(e.device) for e in snapshot.events} | {index(a.device) for a in snapshot.allocations}
-    ):
-        live = [a for a in snapshot.allocations if index(a.device) == device]
-        ranges = [(a.address, a.size) for a in live] + [
-            (e.address, e.size)
-            for e in snapshot.events
-            if index(e.device) == device and e.action in ("alloc", "free")
-        ]
-        segments.extend(writer.segments(device, _merge(ranges), live))
+    for device in sorted(ranges):
+        segments.extend(writer.segments(device, _merge(ranges[device]), live.get(device, [])))
 
     return {
         "segments": segments,
@@ -236,15 +288,16 @@ def to_dict(snapshot: Snapshot) -> _Dict:
 
 
 class _TorchWriter:
-    """Builds PyTorch's dictionaries, sharing equal frame lists (the pickle stores each
-    once; PyTorch's readers never modify them)."""
+    """Builds PyTorch's dictionaries, sharing the frame lists of one tuple of frames and
+    tag (the pickle stores each once; PyTorch's readers never modify them)."""
 
     def __init__(self) -> None:
-        self._frames: dict[tuple[str, str, tuple[Frame, ...]], list[_Dict]] = {}
+        # By the tuple's id: hashing it would read all its frames for every entry.
+        self._frames: dict[tuple[str, str, int], list[_Dict]] = {}
         self._frame: dict[Frame, _Dict] = {}
 
     def frames(self, tag: str, library: str, frames: tuple[Frame, ...]) -> list[_Dict]:
-        key = (tag, library, frames)
+        key = (tag, library, id(frames))
         if (found := self._frames.get(key)) is None:
             found = [
                 {
@@ -366,17 +419,26 @@ def _resource_line(r: ResourceInfo) -> str:
     return " ".join(parts)
 
 
-def _frame_tuples(frames: tuple[Frame, ...], cache: dict[Frame, _FrameTuple]) -> list[_FrameTuple]:
-    out = []
-    for f in frames:
-        if (t := cache.get(f)) is None:
-            t = cache[f] = (f.filename, f.line, f.name)
-        out.append(t)
-    return out
+class _FrameTuples:
+    """The ``(filename, line, name)`` lists of tuples of frames, one list per tuple (by
+    its id: entries share tuples, and the pickle stores each list once)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[int, list[_FrameTuple]] = {}
+        self._tuples: dict[Frame, _FrameTuple] = {}
+
+    def __call__(self, frames: tuple[Frame, ...]) -> list[_FrameTuple]:
+        if (found := self._lists.get(id(frames))) is None:
+            found = self._lists[id(frames)] = []
+            for f in frames:
+                if (t := self._tuples.get(f)) is None:
+                    t = self._tuples[f] = (f.filename, f.line, f.name)
+                found.append(t)
+        return found
 
 
 def _encode(snapshot: Snapshot, host_index: int) -> _Dict:
-    cache: dict[Frame, _FrameTuple] = {}
+    frame_tuples = _FrameTuples()
     return {
         "version": FORMAT_VERSION,
         "events": [
@@ -389,7 +451,7 @@ def _encode(snapshot: Snapshot, host_index: int) -> _Dict:
                 "stream": e.stream,
                 "tag": e.tag,
                 "library": e.library,
-                "frames": _frame_tuples(e.frames, cache),
+                "frames": frame_tuples(e.frames),
                 "before_recording": e.before_recording,
             }
             for e in snapshot.events
@@ -403,7 +465,7 @@ def _encode(snapshot: Snapshot, host_index: int) -> _Dict:
                 "stream": a.stream,
                 "tag": a.tag,
                 "library": a.library,
-                "frames": _frame_tuples(a.frames, cache),
+                "frames": frame_tuples(a.frames),
             }
             for a in snapshot.allocations
         ],
@@ -458,7 +520,9 @@ def load(path: _Path) -> Snapshot:
     OSError
         The file cannot be read.
     SnapshotFormatError
-        The file is not a pickled memory snapshot.
+        The file is not a pickled memory snapshot, or holds more entries (events,
+        allocations, segment blocks, frames) than it has bytes: only shared references
+        could make it hold so many.
     """
     with open(path, "rb") as f:
         raw = f.read()
@@ -470,13 +534,16 @@ def load(path: _Path) -> Snapshot:
         raise SnapshotFormatError(
             f"{os.fspath(path)}: not a memory snapshot pickle ({type(e).__name__}: {e})"
         ) from e
+    budget = _Budget(
+        len(raw), f"a pickle of {len(raw)} bytes holds without shared references"
+    )
     try:
-        return from_dict(data)
+        return _from_dict(data, budget)
     except SnapshotFormatError as e:
         raise SnapshotFormatError(f"{os.fspath(path)}: {e}") from e
 
 
-def from_dict(data: object) -> Snapshot:
+def from_dict(data: object, *, max_entries: int = MAX_ENTRIES) -> Snapshot:
     """The :class:`~nbrmm.memory.Snapshot` of an unpickled memory snapshot.
 
     Parameters
@@ -484,6 +551,10 @@ def from_dict(data: object) -> Snapshot:
     data : object
         What :func:`to_dict` returned, or what ``torch.cuda.memory._snapshot()`` returns
         (a bare list of segments, as very old PyTorch versions wrote, is accepted too).
+    max_entries : int, default MAX_ENTRIES
+        The most entries to read (trace entries, events, allocations, resources,
+        segments, blocks and frames, each list of frames counted once however many
+        entries share it): more raise :class:`SnapshotFormatError` before they are read.
 
     Returns
     -------
@@ -492,8 +563,12 @@ def from_dict(data: object) -> Snapshot:
     Raises
     ------
     SnapshotFormatError
-        ``data`` is not a memory snapshot.
+        ``data`` is not a memory snapshot, or holds more than ``max_entries`` entries.
     """
+    return _from_dict(data, _Budget(max_entries, f"max_entries ({max_entries})"))
+
+
+def _from_dict(data: object, budget: _Budget) -> Snapshot:
     if isinstance(data, list):
         data = {"segments": data, "device_traces": []}
     if not isinstance(data, dict):
@@ -502,113 +577,149 @@ def from_dict(data: object) -> Snapshot:
         )
     try:
         if "nbrmm" in data:
-            return _decode(data["nbrmm"])
+            return _decode(data["nbrmm"], budget)
         if "segments" in data or "device_traces" in data:
-            return _from_torch(data)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            return _from_torch(data, budget)
+    # RecursionError: a deeply nested value where a flat one belongs.
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
         if isinstance(e, SnapshotFormatError):
             raise
-        raise SnapshotFormatError(f"not a valid memory snapshot ({type(e).__name__}: {e})") from e
+        raise SnapshotFormatError(
+            f"not a valid memory snapshot ({type(e).__name__}: {e})"
+        ) from e
     raise SnapshotFormatError(
         "not a memory snapshot: no 'segments', 'device_traces' or 'nbrmm' key"
     )
 
 
-def _int(value: object, what: str) -> int:
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def _describe(value: object) -> str:
+    """``value`` for an error message, shortened (a pickle may hold huge or deeply nested
+    values)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a huge integer inside a list, say
+        return f"a {type(value).__name__}"
+
+
+def _int(value: object, what: str, bounds: tuple[int, int]) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise SnapshotFormatError(f"{what}: expected an integer, got {value!r}")
+        raise SnapshotFormatError(f"{what}: expected an integer, got {_describe(value)}")
+    low, high = bounds
+    if not low <= value <= high:
+        raise SnapshotFormatError(
+            f"{what}: expected an integer from {low} to {high}, got {_describe(value)}"
+        )
     return value
 
 
-def _opt_int(value: object, what: str) -> int | None:
-    return None if value is None else _int(value, what)
+def _opt_int(value: object, what: str, bounds: tuple[int, int]) -> int | None:
+    return None if value is None else _int(value, what, bounds)
 
 
 def _str(value: object, what: str) -> str:
     if not isinstance(value, str):
-        raise SnapshotFormatError(f"{what}: expected a string, got {value!r}")
+        raise SnapshotFormatError(f"{what}: expected a string, got {_describe(value)}")
     return value
 
 
-def _frames(value: object, what: str) -> tuple[Frame, ...]:
+def _list(value: object, what: str, budget: _Budget) -> list[Any] | tuple[Any, ...]:
+    """``value``, a list of entries, taken from ``budget`` before they are read."""
     if not isinstance(value, (list, tuple)):
-        raise SnapshotFormatError(f"{what}: expected a list of frames, got {value!r}")
+        raise SnapshotFormatError(f"{what}: expected a list, got {_describe(value)}")
+    budget.take(len(value))
+    return value
+
+
+def _frames(value: object, what: str, budget: _Budget) -> tuple[Frame, ...]:
+    if (found := budget.frames.get(id(value))) is not None:
+        return found[1]
     out = []
-    for f in value:
+    for f in _list(value, what, budget):
         if isinstance(f, Mapping):
             f = (f["filename"], f["line"], f["name"])
         if not isinstance(f, (list, tuple)) or len(f) != 3:
-            raise SnapshotFormatError(f"{what}: not a frame: {f!r}")
-        out.append(Frame(_str(f[0], what), _int(f[1], what), _str(f[2], what)))
-    return tuple(out)
+            raise SnapshotFormatError(f"{what}: not a frame: {_describe(f)}")
+        out.append(Frame(_str(f[0], what), _int(f[1], what, _C_INT), _str(f[2], what)))
+    frames = tuple(out)
+    budget.frames[id(value)] = (value, frames)  # value kept: its id stays its own
+    return frames
 
 
-def _decode(data: object) -> Snapshot:
+def _decode(data: object, budget: _Budget) -> Snapshot:
     if not isinstance(data, dict):
         raise SnapshotFormatError("the 'nbrmm' entry is not a dict")
     version = data.get("version")
     if version != FORMAT_VERSION:
         raise SnapshotFormatError(
-            f"nbrmm snapshot format version {version!r}; this nbrmm reads version {FORMAT_VERSION}"
+            f"nbrmm snapshot format version {_describe(version)}; "
+            f"this nbrmm reads version {FORMAT_VERSION}"
         )
     events = []
-    for e in data["events"]:
+    for e in _list(data["events"], "events", budget):
         action = _str(e["action"], "event action")
         if action not in ("alloc", "free", "failed_alloc"):
-            raise SnapshotFormatError(f"unknown event action {action!r}")
+            raise SnapshotFormatError(f"unknown event action {_describe(action)}")
         before = e.get("before_recording", False)
         if not isinstance(before, bool):
-            raise SnapshotFormatError(f"before_recording: expected a bool, got {before!r}")
+            raise SnapshotFormatError(
+                f"before_recording: expected a bool, got {_describe(before)}"
+            )
         events.append(
             Event(
-                time_ns=_int(e["time_ns"], "event time_ns"),
+                time_ns=_int(e["time_ns"], "event time_ns", _I64),
                 action=action,
-                address=_int(e["address"], "event address"),
-                size=_int(e["size"], "event size"),
-                device=_int(e["device"], "event device"),
-                stream=_int(e["stream"], "event stream"),
+                address=_int(e["address"], "event address", _U64),
+                size=_int(e["size"], "event size", _U64),
+                device=_int(e["device"], "event device", _DEVICE),
+                stream=_int(e["stream"], "event stream", _U64),
                 tag=_str(e["tag"], "event tag"),
                 library=_str(e["library"], "event library"),
-                frames=_frames(e.get("frames", ()), "event frames"),
+                frames=_frames(e.get("frames", ()), "event frames", budget),
                 before_recording=before,
             )
         )
     allocations = [
         Allocation(
-            time_ns=_int(a["time_ns"], "allocation time_ns"),
-            address=_int(a["address"], "allocation address"),
-            size=_int(a["size"], "allocation size"),
-            device=_int(a["device"], "allocation device"),
-            stream=_int(a["stream"], "allocation stream"),
+            time_ns=_int(a["time_ns"], "allocation time_ns", _I64),
+            address=_int(a["address"], "allocation address", _U64),
+            size=_int(a["size"], "allocation size", _U64),
+            device=_int(a["device"], "allocation device", _DEVICE),
+            stream=_int(a["stream"], "allocation stream", _U64),
             tag=_str(a["tag"], "allocation tag"),
             library=_str(a["library"], "allocation library"),
-            frames=_frames(a.get("frames", ()), "allocation frames"),
+            frames=_frames(a.get("frames", ()), "allocation frames", budget),
         )
-        for a in data["allocations"]
+        for a in _list(data["allocations"], "allocations", budget)
     ]
     resources = [
         ResourceInfo(
-            device=_int(r["device"], "resource device"),
-            depth=_int(r["depth"], "resource depth"),
+            device=_int(r["device"], "resource device", _DEVICE),
+            depth=_int(r["depth"], "resource depth", _DEPTH),
             name=_str(r["name"], "resource name"),
-            pool_size=_opt_int(r.get("pool_size"), "resource pool_size"),
-            bytes_in_use=_opt_int(r.get("bytes_in_use"), "resource bytes_in_use"),
-            limit=_opt_int(r.get("limit"), "resource limit"),
+            pool_size=_opt_int(r.get("pool_size"), "resource pool_size", _U64),
+            bytes_in_use=_opt_int(r.get("bytes_in_use"), "resource bytes_in_use", _U64),
+            limit=_opt_int(r.get("limit"), "resource limit", _U64),
         )
-        for r in data["resources"]
+        for r in _list(data["resources"], "resources", budget)
     ]
     return Snapshot(
         allocations=tuple(allocations),
         events=tuple(events),
         resources=tuple(resources),
-        dropped_events=_int(data.get("dropped_events", 0), "dropped_events"),
+        dropped_events=_int(data.get("dropped_events", 0), "dropped_events", _U64),
     )
 
 
-def _torch_frames(value: object) -> tuple[str, str, tuple[Frame, ...]]:
+def _torch_frames(value: object, budget: _Budget) -> tuple[str, str, tuple[Frame, ...]]:
     """Tag, library and frames of a PyTorch entry's ``frames``: ``"torch"`` twice, unless
     the first frame is the synthetic one that :func:`dump` writes."""
-    frames = _frames(value if value is not None else (), "frames")
+    frames = _frames(value if value is not None else (), "frames", budget)
     if (
         frames
         and frames[0].filename.startswith(TAG_FRAME_PREFIX)
@@ -625,32 +736,38 @@ def _block_frames(block: Mapping[str, Any]) -> object:
         return block["frames"]
     history = block.get("history")  # PyTorch 1.13 and 2.0
     if history:
-        return history[0].get("frames", [])
-    return []
+        return history[0].get("frames", ())
+    return ()
 
 
-def _from_torch(data: Mapping[str, Any]) -> Snapshot:
+def _from_torch(data: Mapping[str, Any], budget: _Budget) -> Snapshot:
     traces = data.get("device_traces") or []
     if not isinstance(traces, list):
         raise SnapshotFormatError("'device_traces' is not a list")
+    if len(traces) > MAX_DEVICE + 1:
+        raise SnapshotFormatError(
+            f"'device_traces' lists {len(traces)} devices; nbrmm reads devices 0 to "
+            f"{MAX_DEVICE}"
+        )
+    budget.take(len(traces))
     keyed: list[tuple[int, int, int, Event]] = []
     live_alloc: dict[tuple[int, int], Event] = {}
     for device, trace in enumerate(traces):
         if not isinstance(trace, list):
             raise SnapshotFormatError(f"device_traces[{device}] is not a list")
         live: set[int] = set()
-        for n, t in enumerate(trace):
+        for n, t in enumerate(_list(trace, f"device_traces[{device}]", budget)):
             action = t["action"]
             if action not in ("alloc", "free_completed", "free", "oom"):
                 continue  # segment events, snapshot markers, free_requested: no counterpart
-            time_ns = _int(t.get("time_us", 0), "time_us") * 1000
-            tag, library, frames = _torch_frames(t.get("frames"))
-            size = _int(t["size"], "size")
-            stream = _int(t.get("stream", 0), "stream")
+            time_ns = _int(t.get("time_us", 0), "time_us", _TIME_US) * 1000
+            tag, library, frames = _torch_frames(t.get("frames"), budget)
+            size = _int(t["size"], "size", _U64)
+            stream = _int(t.get("stream", 0), "stream", _U64)
             if action == "oom":
                 e = Event(time_ns, "failed_alloc", 0, size, device, stream, tag, library, frames)
             else:
-                address = _int(t["addr"], "addr")
+                address = _int(t["addr"], "addr", _U64)
                 if action == "alloc":
                     live.add(address)
                     e = Event(time_ns, "alloc", address, size, device, stream, tag, library, frames)
@@ -678,26 +795,27 @@ def _from_torch(data: Mapping[str, Any]) -> Snapshot:
     segments = data.get("segments") or []
     if not isinstance(segments, list):
         raise SnapshotFormatError("'segments' is not a list")
+    budget.take(len(segments))
     for seg in segments:
-        device = _int(seg.get("device", 0), "segment device")
-        address = _int(seg["address"], "segment address")
-        stream = _int(seg.get("stream", 0), "segment stream")
-        for b in seg["blocks"]:
-            size = _int(b["size"], "block size")
-            block_address = _int(b.get("address", address), "block address")
+        device = _int(seg.get("device", 0), "segment device", _DEVICE)
+        address = _int(seg["address"], "segment address", _U64)
+        stream = _int(seg.get("stream", 0), "segment stream", _U64)
+        for b in _list(seg["blocks"], "segment blocks", budget):
+            size = _int(b["size"], "block size", _U64)
+            block_address = _int(b.get("address", address), "block address", _U64)
             address += size
             if b.get("state") != "active_allocated":
                 continue
             requested = b.get("requested_size")
             if requested is None and b.get("history"):
                 requested = b["history"][0].get("real_size")
-            tag, library, frames = _torch_frames(_block_frames(b))
+            tag, library, frames = _torch_frames(_block_frames(b), budget)
             alloc = live_alloc.get((device, block_address))
             allocations.append(
                 Allocation(
                     time_ns=alloc.time_ns if alloc is not None else 0,
                     address=block_address,
-                    size=_int(size if requested is None else requested, "requested_size"),
+                    size=_int(size if requested is None else requested, "requested_size", _U64),
                     device=device,
                     stream=stream,
                     tag=tag,
