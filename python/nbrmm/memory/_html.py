@@ -325,13 +325,15 @@ class _Report:
             key=lambda d: (d < 0, d),
         )
         self.total = _timeline(snapshot.events, snapshot.allocations)
-        self.per_device = {
-            d: _timeline(
-                [e for e in snapshot.events if e.device == d],
-                [a for a in snapshot.allocations if a.device == d],
-            )
-            for d in self.devices
-        }
+        self._sites: dict[int, tuple[Frame | None]] = {}
+        events: dict[int, list[Event]] = {d: [] for d in self.devices}
+        allocations: dict[int, list[Allocation]] = {d: [] for d in self.devices}
+        for e in snapshot.events:
+            events[e.device].append(e)
+        for a in snapshot.allocations:
+            allocations[a.device].append(a)
+        self.device_live = {d: sum(a.size for a in allocations[d]) for d in self.devices}
+        self.per_device = {d: _timeline(events[d], allocations[d]) for d in self.devices}
         times = [e.time_ns for e in snapshot.events]
         self.t0 = min(times, default=0)
         t1 = max(times, default=0)
@@ -446,9 +448,9 @@ class _Report:
             tl = self.per_device[d]
             out.append(f"<h3>{_e(_device_name(d))}</h3>")
             if not tl.times:
-                live = sum(a.size for a in self.s.allocations if a.device == d)
+                live = format_bytes(self.device_live[d])
                 out.append(
-                    f'<p class="empty">No events on this device ({_e(format_bytes(live))} '
+                    f'<p class="empty">No events on this device ({_e(live)} '
                     "live).</p>"
                 )
                 continue
@@ -609,14 +611,21 @@ class _Report:
         )
         return "\n".join(out)
 
+    def site(self, frames: tuple[Frame, ...]) -> Frame | None:
+        """:func:`call_site` of ``frames``, once per tuple (entries share them)."""
+        if (found := self._sites.get(id(frames))) is None:
+            found = self._sites[id(frames)] = (call_site(frames),)
+        return found[0]
+
     def site_table(self) -> str:
         sites: dict[Frame | None, list[int]] = {}
         tags: dict[Frame | None, set[str]] = {}
         for a in self.s.allocations:
-            entry = sites.setdefault(a.site, [0, 0])
+            site = self.site(a.frames)
+            entry = sites.setdefault(site, [0, 0])
             entry[0] += a.size
             entry[1] += 1
-            tags.setdefault(a.site, set()).add(a.tag)
+            tags.setdefault(site, set()).add(a.tag)
         ranked = sorted(sites.items(), key=lambda kv: (-kv[1][0], -kv[1][1], _site(kv[0])))
         out = [
             '<section id="sites"><h2>Top call sites by live bytes</h2>',
@@ -716,7 +725,7 @@ class _Report:
                 f"<td>{self.swatch(a.tag)}{_e(a.tag)}</td><td>{_e(a.library)}</td>"
                 f"<td>{_e(_device_name(a.device))}</td><td><code>{a.address:#x}</code></td>"
                 f'<td class="n">{self.when(a.time_ns)}</td>'
-                f"<td><code>{_e(_site(a.site))}</code></td></tr>"
+                f"<td><code>{_e(_site(self.site(a.frames)))}</code></td></tr>"
             )
         out.append("</tbody></table>")
         if len(ranked) > TOP_ROWS:
@@ -744,7 +753,7 @@ class _Report:
             ),
         ]
         for e in failures[-TOP_ROWS:]:
-            site = call_site(e.frames)
+            site = self.site(e.frames)
             out.append(
                 f'<tr><td class="n">{self.when(e.time_ns)}</td>'
                 f'<td class="n" title="{e.size:,} bytes">{_e(format_bytes(e.size))}</td>'
