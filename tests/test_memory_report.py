@@ -623,6 +623,42 @@ def test_dump_writes_devices_up_to_max_device_only(tmp_path: Path) -> None:
             on(device).dump(path)
 
 
+@pytest.mark.parametrize("path", ["fd", True, b"s.pickle", None])
+def test_paths_are_str_or_pathlike_never_a_file_descriptor(path: object) -> None:
+    r, w = os.pipe()
+    try:
+        for call in (Snapshot().dump, Snapshot().to_html, Snapshot.load):
+            with pytest.raises(TypeError, match="^path: expected a str or os.PathLike, got "):
+                call(w if path == "fd" else path)  # type: ignore[arg-type]
+        os.write(w, b"x")  # still open
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_report_that_cannot_be_made_leaves_the_old_file_alone(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    out.write_text("previous report")
+    bad = Snapshot(events=(Event(10**5000, "alloc", 0, 1, 0, 0, "t", "nbrmm"),))
+    with pytest.raises(ValueError):
+        bad.to_html(out)
+    with pytest.raises(ValueError):
+        Snapshot(events=(Event(0, "alloc", 0, 1, 10**12, 0, "t", "nbrmm"),)).dump(out)
+    assert out.read_text() == "previous report"
+
+
+def test_lone_surrogates_are_written_escaped(tmp_path: Path) -> None:
+    # A tag decoded from undecodable bytes, loaded from a file.
+    frame = Frame("/work/app/f\udcff.py", 3, "g")
+    snap = Snapshot(allocations=(Allocation(T0, A_PREP, 10, 0, 0, "t\udcff", "nbrmm", (frame,)),))
+    path = tmp_path / "s.pickle"
+    snap.dump(path)
+    assert Snapshot.load(path) == snap
+    snap.to_html(tmp_path / "s.html")
+    page = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "t\\udcff" in page and "f\\udcff.py" in page
+
+
 # --------------------------------------------------------------------------------------
 # PyTorch's own readers (where PyTorch is installed)
 # --------------------------------------------------------------------------------------

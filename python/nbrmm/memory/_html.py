@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from nbrmm.memory._snapshot import Allocation, Event, Frame, Snapshot, call_site
+from nbrmm.memory._snapshot import Allocation, Event, Frame, Snapshot, call_site, check_path
 
 __all__ = ["render_html", "write_html"]
 
@@ -62,13 +62,24 @@ def write_html(snapshot: Snapshot, path: str | os.PathLike[str], title: str | No
     snapshot : Snapshot
         The snapshot to show.
     path : str or os.PathLike
-        The HTML file to write (replaced if it exists).
+        The HTML file to write (replaced if it exists, once the page is made).
     title : str, optional
         The page title (default: "nbrmm memory report").
+
+    Raises
+    ------
+    TypeError
+        ``path`` is not a str or os.PathLike.
+
+    Notes
+    -----
+    Lone surrogates (which a tag, a frame or a title decoded from undecodable bytes holds)
+    are written as Python escapes (``\\udcff``).
     """
-    text = render_html(snapshot, title)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+    check_path(path)
+    data = render_html(snapshot, title).encode("utf-8", "backslashreplace")
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def render_html(snapshot: Snapshot, title: str | None = None) -> str:

@@ -103,6 +103,14 @@ def _library_frame(frame: Frame) -> bool:
     return frame.filename.startswith(_NBRMM_DIR) or _LIBRARY_FILE.search(frame.filename) is not None
 
 
+def check_path(path: object) -> str | os.PathLike[str]:
+    """``path`` if it is a str or an os.PathLike, else a TypeError naming ``path`` (an int
+    would be taken for a file descriptor and closed)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path: expected a str or os.PathLike, got {type(path).__name__}")
+    return path
+
+
 def call_site(frames: tuple[Frame, ...]) -> Frame | None:
     """The innermost of ``frames`` outside nbrmm and the allocating libraries."""
     for frame in frames:

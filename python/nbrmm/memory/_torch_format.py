@@ -109,7 +109,7 @@ import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from nbrmm.memory._snapshot import Allocation, Event, Frame, ResourceInfo, Snapshot
+from nbrmm.memory._snapshot import Allocation, Event, Frame, ResourceInfo, Snapshot, check_path
 
 __all__ = ["FORMAT_VERSION", "SnapshotFormatError", "dump", "from_dict", "load", "to_dict"]
 
@@ -182,11 +182,19 @@ def dump(snapshot: Snapshot, path: _Path) -> None:
     snapshot : Snapshot
         What to write.
     path : str or os.PathLike
-        The file to write (replaced if it exists).
+        The file to write (replaced if it exists, once the pickle is made).
+
+    Raises
+    ------
+    TypeError
+        ``path`` is not a str or os.PathLike.
+    ValueError
+        A device is out of range (see :func:`to_dict`).
     """
-    data = to_dict(snapshot)
+    check_path(path)
+    data = pickle.dumps(to_dict(snapshot), protocol=PICKLE_PROTOCOL)
     with open(path, "wb") as f:
-        pickle.dump(data, f, protocol=PICKLE_PROTOCOL)
+        f.write(data)
 
 
 def to_dict(snapshot: Snapshot) -> _Dict:
@@ -517,6 +525,8 @@ def load(path: _Path) -> Snapshot:
 
     Raises
     ------
+    TypeError
+        ``path`` is not a str or os.PathLike.
     OSError
         The file cannot be read.
     SnapshotFormatError
@@ -524,7 +534,7 @@ def load(path: _Path) -> Snapshot:
         allocations, segment blocks, frames) than it has bytes: only shared references
         could make it hold so many.
     """
-    with open(path, "rb") as f:
+    with open(check_path(path), "rb") as f:
         raw = f.read()
     try:
         data = _PlainUnpickler(io.BytesIO(raw)).load()
