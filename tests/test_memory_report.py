@@ -1051,6 +1051,31 @@ def test_cli_errors(tmp_path: Path, dumped: Path, case: str, message: str) -> No
     assert dumped.read_bytes()[:1] == b"\x80", "the snapshot was left as it was"
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="file names are not bytes")
+def test_cli_takes_file_names_and_titles_that_are_not_utf8(tmp_path: Path, dumped: Path) -> None:
+    name = os.fsdecode(b"nb\xff.pickle")
+    (tmp_path / name).write_bytes(dumped.read_bytes())
+    result = cli(name, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "wrote nb\\udcff.html" in result.stdout
+    page = (tmp_path / os.fsdecode(b"nb\xff.html")).read_text(encoding="utf-8")
+    assert "<h1>nbrmm memory report: nb\\udcff.pickle</h1>" in page
+    result = cli(name, "-o", "t.html", "--title", os.fsdecode(b"t\xfe"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "<h1>t\\udcfe</h1>" in (tmp_path / "t.html").read_text(encoding="utf-8")
+
+
+def test_cli_leaves_the_output_alone_when_the_snapshot_is_bad(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(pickle.dumps(_nbrmm_data([_event_dict(time_ns=10**5000)])))
+    out = tmp_path / "out.html"
+    out.write_text("previous report")
+    result = cli(str(bad), "-o", str(out))
+    assert result.returncode == 2 and "event time_ns" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+    assert out.read_text() == "previous report"
+
+
 # --------------------------------------------------------------------------------------
 # In a browser
 # --------------------------------------------------------------------------------------

@@ -72,14 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         return _fail(f"cannot write {output}: {e.strerror or e}")
     print(
-        f"{args.snapshot}: {len(snapshot.allocations)} live allocations, "
-        f"{len(snapshot.events)} events; wrote {output}"
+        _printable(
+            f"{args.snapshot}: {len(snapshot.allocations)} live allocations, "
+            f"{len(snapshot.events)} events; wrote {output}"
+        )
     )
     return 0
 
 
+def _printable(text: str) -> str:
+    """``text`` with the lone surrogates of undecodable file names as Python escapes, which
+    every stream can print."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(_printable(f"{PROG}: error: {message}"), file=sys.stderr)
     return 2
 
 
