@@ -1,5 +1,6 @@
 """The package imports without a GPU, and its public surface is documented."""
 
+import importlib
 import inspect
 import subprocess
 import sys
@@ -161,15 +162,24 @@ def test_classes_report_their_public_module():
     import nbrmm.mr
     import nbrmm.mr.experimental
 
+    import nbrmm.memory
+
+    modules = [nbrmm, nbrmm.mr, nbrmm.mr.experimental, nbrmm.logger, nbrmm.memory]
+    for optional in ("nbrmm.interop", "nbrmm.dask"):  # (need cuda.core, Dask)
+        try:
+            modules.append(importlib.import_module(optional))
+        except ImportError:
+            pass
     published = {}
-    for module in (nbrmm, nbrmm.mr, nbrmm.mr.experimental, nbrmm.logger):
+    for module in modules:
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and obj.__module__.startswith("nbrmm"):
                 published[f"{module.__name__}.{name}"] = obj
     assert "nbrmm.mr.PoolMemoryResource" in published and "nbrmm.Buffer" in published
+    assert "nbrmm.memory.Snapshot" in published
     for where, cls in published.items():
-        assert cls.__module__ != "nbrmm._nbrmm", where
+        assert "._" not in cls.__module__, where
         assert getattr(sys.modules[cls.__module__], cls.__qualname__) is cls, where
     assert repr(nbrmm.mr.CudaMemoryResource()).startswith("<nbrmm.mr.CudaMemoryResource ")
     assert nbrmm.CudaUnavailableError.__module__ == "nbrmm"

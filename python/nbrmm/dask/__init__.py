@@ -31,6 +31,7 @@ except ImportError as exc:
     ) from exc
 
 from nbrmm import _sizeof
+from nbrmm._public import publish as _publish
 from nbrmm.dask import _protocol  # noqa: F401 - registers the serializers
 from nbrmm.dask._diagnostics import (
     dump_snapshots,
@@ -57,3 +58,5 @@ __all__ = [
     "worker_memory_by_tag",
     "worker_statistics",
 ]
+
+_publish("nbrmm.dask", globals(), __all__)

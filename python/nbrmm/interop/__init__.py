@@ -38,6 +38,7 @@ except ImportError as exc:
         name="cuda.core",
     ) from exc
 
+from nbrmm._public import publish as _publish
 from nbrmm.interop import _adapter, _buffers, _resources
 from nbrmm.interop._adapter import NbrmmMemoryResource
 from nbrmm.interop._buffers import BufferOwner, from_cuda_core_buffer, to_cuda_core_buffer
@@ -75,3 +76,5 @@ def _at_exit() -> None:
 
 
 _atexit.register(_at_exit)
+
+_publish("nbrmm.interop", globals(), __all__)

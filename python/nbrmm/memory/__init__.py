@@ -30,9 +30,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from nbrmm import _nbrmm
+from nbrmm._public import publish as _publish
 from nbrmm.memory._oom import OutOfMemoryReport
 from nbrmm.memory._resources import describe_chain, describe_from
 from nbrmm.memory._snapshot import Allocation, Event, Frame, ResourceInfo, Snapshot
+from nbrmm.memory._torch_format import SnapshotFormatError
 
 __all__ = [
     "Allocation",
@@ -41,6 +43,7 @@ __all__ = [
     "OutOfMemoryReport",
     "ResourceInfo",
     "Snapshot",
+    "SnapshotFormatError",
     "current_tag",
     "is_recording",
     "record_history",
@@ -261,3 +264,5 @@ def _register_hook(function: types.FunctionType | Callable[..., Any], library: s
     code = getattr(function, "__code__", None)
     if code is not None:
         _nbrmm._history_add_hook(code, library)
+
+_publish("nbrmm.memory", globals(), __all__)
