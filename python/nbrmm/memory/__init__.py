@@ -172,13 +172,11 @@ class tag(contextlib.ContextDecorator):
         if not isinstance(name, str):
             raise TypeError(f"name: expected a str, got {type(name).__name__}")
         self.name = name
-        # What the history keeps (UTF-8; a lone surrogate as its escape).
-        self._text = str.encode(name, "utf-8", "backslashreplace").decode("utf-8")
         self._local = threading.local()  # this thread's tokens, one per entered `with`
 
     def __enter__(self) -> tag:
         tokens = self._local.__dict__.setdefault("tokens", [])
-        tokens.append(_nbrmm._history_push_tag(self._text))
+        tokens.append(_nbrmm._history_push_tag(self.name))  # (kept as UTF-8, escaped)
         return self
 
     def __exit__(self, *exc: object) -> None:
