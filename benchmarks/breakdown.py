@@ -1,5 +1,6 @@
-"""Where the nanoseconds of ``Buffer(256, mr=arena)`` go: timeit figures of its parts, side
-by side in one process. The statements are timed round-robin (one repeat of each in turn)
+"""Where the nanoseconds of ``Buffer(256, mr=arena)``, of ``cupy.empty(256)`` through the
+CuPy hook and of a cuda.core ``allocate(256)`` + ``close()`` through the adapter go: timeit
+figures of their parts, side by side in one process. The statements are timed round-robin (one repeat of each in turn)
 so that drift of the machine touches all of them alike; each row gives the median and the
 minimum over the repeats. Run on a GPU machine: ``python benchmarks/breakdown.py``."""
 
@@ -83,6 +84,53 @@ def main():
             ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)", on_hook),
             ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),
             ("nbrmm hook: hook(256) alone", "hook(256)", on_hook),
+            ("  its parts: _lend_memory(256, arena, DEFAULT_STREAM) + free",
+             "L(256, mr, S)"),
+            ("  its parts: cupy.cuda.get_device_id()", "cupy.cuda.get_device_id()"),
+            ("  its parts: cupy.cuda.get_current_stream(0)", "cupy.cuda.get_current_stream(0)"),
+            ("  its parts: UnownedMemory(ptr, 256, owner, 0)", "UM(P, 256, O, 0)"),
+            ("  its parts: MemoryPointer(UnownedMemory(...), 0)", "MP(UM(P, 256, O, 0), 0)"),
+        ]
+        env.update(L=nbrmm._nbrmm._lend_memory, UM=cupy.cuda.UnownedMemory,
+                   MP=cupy.cuda.MemoryPointer, P=1 << 40, O=object())
+    try:
+        import cuda.core as cc
+
+        from nbrmm import interop
+    except ImportError:
+        cc = None
+    if cc is not None:
+        device = cc.Device()
+        device.set_current()
+        default_mr = device.memory_resource
+        adapter = interop.NbrmmMemoryResource(arena)
+
+        class Nothing(cc.MemoryResource):
+            """A cuda.core resource in Python that allocates nothing."""
+
+            def allocate(self, size, *, stream):
+                return cc.Buffer.from_handle(1 << 40, size, self, stream=stream)
+
+            def deallocate(self, ptr, size, *, stream):
+                pass
+
+            is_device_accessible = True
+            is_host_accessible = False
+            is_managed = False
+            device_id = 0
+
+        env.update(cc_stream=device.default_stream, adapter=adapter, cc_default=default_mr,
+                   nothing=Nothing())
+        stmts += [
+            ("cuda.core allocate(256)+close(): default resource",
+             "cc_default.allocate(256, stream=cc_stream).close()"),
+            ("cuda.core allocate(256)+close(): nbrmm adapter over arena",
+             "adapter.allocate(256, stream=cc_stream).close()"),
+            ("cuda.core allocate(256)+close(): a resource that allocates nothing",
+             "nothing.allocate(256, stream=cc_stream).close()"),
+            ("  arena.deallocate(arena.allocate(256, s), 256, s), s: cuda.core stream",
+             "mr.deallocate(mr.allocate(256, cc_stream), 256, cc_stream)"),
+            ("  cuda.core stream's __cuda_stream__()", "cc_stream.__cuda_stream__()"),
         ]
     runs = round_robin(stmts, env)
     if cupy is not None:
