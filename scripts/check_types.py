@@ -12,8 +12,12 @@ and runs ``mypy --strict`` over them, so that a user's code written like the exa
 type-checks against nbrmm's stubs. A ``pycon`` statement whose expected output is a
 ``TypeError`` shows an argument that nbrmm refuses by its type: it is written with
 ``# type: ignore``, and as ``--strict`` reports an unused ignore, mypy must refuse it too.
-``package`` runs ``mypy --strict -p nbrmm`` over nbrmm's Python modules and the
-extension's stub. ``stubtest`` runs ``python -m mypy.stubtest nbrmm`` with
+``package`` runs ``mypy --strict -p nbrmm`` over nbrmm's Python modules and its stubs.
+A module with a stub of its own (``nbrmm``, ``nbrmm.mr``: those that publish the
+extension's classes, scripts/stubgen.py) is read from the stub there, so its source is
+checked too, from a copy under a module name of its own
+(``build/shadowed-sources/source_of_nbrmm_mr.py`` for ``python/nbrmm/mr/__init__.py``): the copy's
+line numbers are the source's. ``stubtest`` runs ``python -m mypy.stubtest nbrmm`` with
 ``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it where
 nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
 """
@@ -90,9 +94,42 @@ def check_examples() -> int:
     return mypy("--strict", *map(str, files))
 
 
+def shadowed_sources() -> list[pathlib.Path]:
+    """The sources of nbrmm's modules that have a stub of their own (which hides them from
+    type checkers)."""
+    package = ROOT / "python" / "nbrmm"
+    return sorted(
+        source
+        for stub in package.rglob("*.pyi")
+        if (source := stub.with_suffix(".py")).is_file()
+    )
+
+
+def write_shadowed_sources(folder: pathlib.Path) -> list[pathlib.Path]:
+    """A copy of each of :func:`shadowed_sources` in ``folder``, named after its module
+    (``source_of_nbrmm_mr.py``), so that mypy checks it as a module of its own; returns
+    their paths."""
+    written = []
+    for source in shadowed_sources():
+        parts = source.relative_to(ROOT / "python").with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        path = folder / f"source_of_{'_'.join(parts)}.py"
+        shutil.copyfile(source, path)
+        written.append(path)
+    return written
+
+
 def check_package() -> int:
-    print("mypy --strict -p nbrmm", flush=True)
-    return mypy("--strict", "-p", "nbrmm")
+    folder = ROOT / "build" / "shadowed-sources"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    copies = write_shadowed_sources(folder)
+    print("mypy --strict python/nbrmm, and the sources its stubs hide:", flush=True)
+    for copy, source in zip(copies, shadowed_sources()):
+        print(f"  {copy.relative_to(ROOT)} is {source.relative_to(ROOT)}", flush=True)
+    # The package as a folder (mypy takes no -p beside files); it reads the stubs there.
+    return mypy("--strict", str(ROOT / "python" / "nbrmm"), *map(str, copies))
 
 
 def check_stubs() -> int:

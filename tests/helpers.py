@@ -1,7 +1,9 @@
 """Helpers shared by the tests (import from here, never from conftest)."""
 
+import ast
 import ctypes
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,41 @@ import threading
 import nbrmm.mr
 
 POOL_SIZE = 1 << 20  # every pool the GPU tests create stays this small
+
+#: The folder that holds the package (``python/`` in a checkout).
+PACKAGE_FOLDER = pathlib.Path(nbrmm.__file__).resolve().parent.parent
+
+
+def stub_of(module):
+    """The stub of a module of nbrmm: ``nbrmm.mr`` -> ``.../nbrmm/mr/__init__.pyi``."""
+    base = PACKAGE_FOLDER.joinpath(*module.split("."))
+    return base / "__init__.pyi" if base.is_dir() else base.with_suffix(".pyi")
+
+
+def extension_stubs():
+    """The stubs that declare the extension's API: ``_nbrmm.pyi`` and those of the modules
+    that publish its classes (scripts/stubgen.py declares each class in the stub of the
+    module it is published under)."""
+    from nbrmm import _nbrmm
+
+    modules = {obj.__module__ for obj in vars(_nbrmm).values() if isinstance(obj, type)}
+    return [stub_of("nbrmm._nbrmm"), *map(stub_of, sorted(modules - {"nbrmm._nbrmm"}))]
+
+
+def extension_declarations():
+    """The top-level declarations of the extension's API in its stubs: the functions and
+    attributes of ``_nbrmm.pyi`` and the extension's classes, wherever they are declared
+    (not the rest of a public module's stub: what its Python source defines and imports)."""
+    from nbrmm import _nbrmm
+
+    main, *public = extension_stubs()
+    nodes = [node for node in ast.parse(main.read_text()).body
+             if not isinstance(node, (ast.Import, ast.ImportFrom))]
+    for stub in public:
+        nodes += [node for node in ast.parse(stub.read_text()).body
+                  if isinstance(node, ast.ClassDef)
+                  and isinstance(getattr(_nbrmm, node.name, None), type)]
+    return nodes
 
 
 def run_threads(work, count, timeout=300):

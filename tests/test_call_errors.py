@@ -1,7 +1,8 @@
 """Calls that nbrmm's bindings refuse say what is wrong in Python's words.
 
-The test walks every public callable that the extension's stub (``_nbrmm.pyi``) declares:
-its functions, and the ``__init__``, methods and static methods of its classes. Each is
+The test walks every public callable that the extension's stubs declare (``_nbrmm.pyi``,
+and each class in the stub of the module that publishes it): its functions, and the
+``__init__``, methods and static methods of its classes. Each is
 called with the mistakes a user makes: a required argument left out, a misspelt keyword,
 ``None`` where the annotation has no None, an argument of the wrong type, and a class
 where an instance of it is expected. Every such call must raise TypeError (or the
@@ -25,11 +26,10 @@ import pytest
 
 import nbrmm
 import nbrmm.mr
-from helpers import HostHeap
+from helpers import HostHeap, extension_declarations, extension_stubs
 from nbrmm import _nbrmm
 from nbrmm._call_errors import CATCH_ALL_NOTE, is_catch_all
 
-STUB = pathlib.Path(nbrmm.__file__).with_name("_nbrmm.pyi")
 HAVE_GPU = nbrmm.get_device_count() > 0
 
 #: Text of the binding layer that no message may carry.
@@ -91,10 +91,10 @@ def _is_plain_class(name: str) -> bool:
 
 
 def public_callables() -> list[PublicCallable]:
-    """Every public callable of the stub: functions not starting with ``_``, and the
+    """Every public callable of the stubs: functions not starting with ``_``, and the
     ``__init__``, public methods and static methods of its public classes."""
     found = []
-    for node in ast.parse(STUB.read_text()).body:
+    for node in extension_declarations():
         if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
             found.append(PublicCallable(None, node.name, "function", _params(node, False)))
         elif (isinstance(node, ast.ClassDef) and not node.name.startswith("_")
@@ -507,9 +507,10 @@ def test_calls_that_need_conversions_still_work():
 
 
 def test_the_catch_all_is_left_out_of_the_stub_and_help():
-    stub = STUB.read_text()
-    assert CATCH_ALL_NOTE not in stub
-    assert "@overload" not in stub
+    for path in extension_stubs():
+        stub = path.read_text()
+        assert CATCH_ALL_NOTE not in stub
+        assert "@overload" not in stub
     # __doc__: the real signature, the catch-all's line, then the real docstring alone.
     doc = nbrmm.Buffer.resize.__doc__.splitlines()
     assert doc[0].startswith("resize(self, new_size: int | str")

@@ -126,7 +126,11 @@ def test_shipped_header_stub_and_license_are_the_sources():
             assert whl.read(f"nbrmm/include/nbrmm/{name}") == (
                 ROOT / "include/nbrmm" / name
             ).read_bytes()
-        assert whl.read("nbrmm/_nbrmm.pyi") == (ROOT / "python/nbrmm/_nbrmm.pyi").read_bytes()
+        stubs = sorted((ROOT / "python").glob("nbrmm/**/*.pyi"))
+        assert ROOT / "python/nbrmm/_nbrmm.pyi" in stubs
+        for stub in stubs:
+            name = stub.relative_to(ROOT / "python").as_posix()
+            assert whl.read(name) == stub.read_bytes(), name
         assert whl.read("nbrmm-compat.pth") == (ROOT / "python/nbrmm-compat.pth").read_bytes()
         (license_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
         assert whl.read(license_name) == (ROOT / "LICENSE").read_bytes()

@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from doc_examples import ROOT
+from helpers import extension_declarations
 
 DOCS = ROOT / "docs"
 API = DOCS / "api"
-STUB = ROOT / "python" / "nbrmm" / "_nbrmm.pyi"
 
 #: The public modules the API reference documents.
 MODULES = [
@@ -149,9 +149,9 @@ def test_every_public_name_is_in_the_reference(module, inventory):
 
 
 def stub_classes():
-    """``{class name: [public member names]}`` of the classes of the extension's stub."""
+    """``{class name: [public member names]}`` of the classes of the extension's stubs."""
     classes = {}
-    for node in ast.parse(STUB.read_text()).body:
+    for node in extension_declarations():
         if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
             continue
         members = []

@@ -54,3 +54,72 @@ def test_examples_are_written_one_module_per_page(tmp_path):
     compile(text, "docs_getting_started.py", "exec")  # every page's code is valid Python
     for path in written:
         compile(path.read_text(), path.name, "exec")
+
+
+
+def run_mypy(path):
+    """``mypy --strict`` over one file, with nbrmm's configuration; returns (exit status,
+    output)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--strict", str(path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    return out.returncode, out.stdout + out.stderr
+
+
+#: Expressions, each with the class of the extension that mypy must name as its type.
+REVEALED = [
+    ("nbrmm.Buffer(1)", "Buffer"),
+    ("nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource())", "PoolMemoryResource"),
+    ("nbrmm.CudaUnavailableError()", "CudaUnavailableError"),
+    ("nbrmm.mr.experimental.CudaAsyncManagedMemoryResource()",
+     "CudaAsyncManagedMemoryResource"),
+    ("nbrmm.DEFAULT_STREAM", "Stream"),
+    ("nbrmm.mr.get_current_device_resource()", "DeviceMemoryResource"),
+    ("nbrmm.to_device(b'x')", "DeviceBuffer"),
+]
+
+
+def test_type_checkers_name_the_public_modules(tmp_path):
+    """mypy names each class of the extension after the module it is published under at
+    runtime (``nbrmm.Buffer``, ``nbrmm.mr.PoolMemoryResource``), never ``nbrmm._nbrmm``:
+    in revealed types and in what it says of a wrong call."""
+    from nbrmm import _nbrmm
+
+    # (A private class, the base of a Python class, is no API: `_CupyHook`.)
+    classes = {name: obj for name, obj in vars(_nbrmm).items()
+               if isinstance(obj, type) and not name.startswith("_")}
+    public = {name: f"{cls.__module__}.{name}" for name, cls in classes.items()}
+    lines = [f"import {module}" for module in sorted({c.__module__ for c in classes.values()})]
+    expected = {}
+    for expression, name in REVEALED:
+        lines.append(f"reveal_type({expression})")
+        expected[len(lines)] = public[name]
+    # Every class, written with its public module in an annotation.
+    lines.append(f"def every_class({', '.join(f'{n}: {p}' for n, p in public.items())}) -> None:")
+    for name in classes:
+        lines.append(f"    reveal_type({name})")
+        expected[len(lines)] = public[name]
+    lines += ["nbrmm.Buffer(1, nbites=3)", "nbrmm.Buffer(1, mr=nbrmm.Buffer(1))"]
+    wrong = len(lines) - 1
+    snippet = tmp_path / "public_names.py"
+    snippet.write_text("\n".join(lines) + "\n")
+
+    rc, text = run_mypy(snippet)
+    note = r'public_names\.py:(?P<line>\d+): note: Revealed type is "(?P<type>.*)"'
+    revealed = {int(m["line"]): m["type"] for m in re.finditer(note, text)}
+    assert revealed == expected, text
+    assert public["Buffer"] == "nbrmm.Buffer"
+    assert public["PoolMemoryResource"] == "nbrmm.mr.PoolMemoryResource"
+    assert public["CudaUnavailableError"] == "nbrmm.CudaUnavailableError"
+    assert public["CudaAsyncManagedMemoryResource"] == (
+        "nbrmm.mr.experimental.CudaAsyncManagedMemoryResource")
+    # The wrong calls are refused, and what mypy says of them names the public module.
+    assert rc == 1, text
+    where = f"public_names.py:{wrong}"
+    assert f'{where}: error: Unexpected keyword argument "nbites" for "Buffer"' in text
+    assert f'{where}: note: "Buffer" defined in "nbrmm"' in text
+    assert f'public_names.py:{wrong + 1}: error: Argument "mr" to "Buffer"' in text
+    assert "Found 2 errors in 1 file" in text
+    assert "_nbrmm" not in text

@@ -8,7 +8,7 @@ the Python callables behind them are kept alive by whoever uses them, C++ includ
 import atexit as _atexit
 import os as _os
 
-import librmm as _librmm
+import librmm as _librmm  # type: ignore[import-untyped]  # no type information
 
 _librmm.load_library()
 
