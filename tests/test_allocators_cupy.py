@@ -513,15 +513,6 @@ def test_limit_of_an_adaptor_becomes_cupy_out_of_memory(api):
     assert heap.live == {}
 
 
-def test_a_size_no_resource_can_serve_becomes_cupy_out_of_memory(api):
-    hook, cupy = api
-    heap = HostHeap()
-    with pytest.raises(cupy.cuda.memory.OutOfMemoryError) as info:
-        hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)(1 << 63)
-    assert isinstance(info.value.__cause__, MemoryError)
-    assert "nbytes" in str(info.value.__cause__) and heap.calls == []
-
-
 def test_cupys_own_out_of_memory_error_is_not_wrapped(api):
     hook, cupy = api
     oom = cupy.cuda.memory.OutOfMemoryError(64, -1)

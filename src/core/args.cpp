@@ -160,17 +160,6 @@ std::size_t alignment_arg(nb::handle obj, char const* param)
   return static_cast<std::size_t>(v);
 }
 
-std::uint64_t int_size_arg(nb::handle obj, char const* param)
-{
-  if (PyLong_CheckExact(obj.ptr())) {
-    unsigned long long const v = PyLong_AsUnsignedLongLong(obj.ptr());
-    if (v != static_cast<unsigned long long>(-1) || PyErr_Occurred() == nullptr) { return v; }
-    PyErr_Clear();  // negative or too large: the check words the error
-  }
-  nb::object const checked = nb::module_::import_("nbrmm._args").attr("check_size")(obj, param);
-  return nb::cast<std::uint64_t>(checked);
-}
-
 bool bool_arg(nb::handle obj, char const* param)
 {
   if (!PyBool_Check(obj.ptr())) {

@@ -63,9 +63,4 @@ std::size_t alignment_arg(nb::handle obj, char const* param = "alignment");
 /// Raises TypeError naming `param` unless `obj` is a real bool (no silent truthiness).
 bool bool_arg(nb::handle obj, char const* param);
 
-/// A size that a library passes as it got it (the CuPy hook's `nbytes`): an int, NumPy's
-/// too, in [0, 2**64), read as nbrmm._args.check_size reads it (not a bool, not a size
-/// string), with its errors naming `param`.
-std::uint64_t int_size_arg(nb::handle obj, char const* param);
-
 }  // namespace nbrmm

@@ -175,9 +175,20 @@ void init(CupyHook* self, nb::handle mr, nb::handle stream, int device, nb::tupl
   throw nb::python_error();
 }
 
+/// The size CuPy asks for: an int (a NumPy integer too), as nbrmm._args.check_size reads it.
+std::size_t size_arg(nb::handle nbytes)
+{
+  if (!PyLong_CheckExact(nbytes.ptr())) {
+    nb::object const checked =
+      nb::module_::import_("nbrmm._args").attr("check_size")(nbytes, "nbytes");
+    return request_size(checked, "nbytes");
+  }
+  return request_size(nbytes, "nbytes");
+}
+
 nb::object call(CupyHook& h, nb::handle nbytes)
 {
-  std::size_t const n = int_size_arg(nbytes, "nbytes");
+  std::size_t const n = size_arg(nbytes);
   if (!h.get_device_id.is_valid() || h.get_device_id.is_none()) {
     throw nb::type_error("the allocator is no longer usable (it was cleared)");
   }
@@ -200,15 +211,9 @@ nb::object call(CupyHook& h, nb::handle nbytes)
   }
   std::pair<std::uintptr_t, nb::object> lent;
   try {
-    check_request(n, default_alignment, "nbytes");
     lent = lend(n, h.mr, stream);
   } catch (nb::python_error& error) {
     if (!error.matches(PyExc_MemoryError)) { throw; }
-    raise_for_cupy(h, n, error);
-  } catch (std::exception const&) {  // librmm's, as nbrmm translates them for Python
-    translate_current_exception();
-    nb::python_error error;
-    if (!error.matches(PyExc_MemoryError)) { throw error; }
     raise_for_cupy(h, n, error);
   }
   nb::object const memory = h.unowned_memory(lent.first, n, lent.second, device);
