@@ -44,12 +44,7 @@ BUFFER_TARGET_RESOURCES = ("arena", "pool", "async")
 #: a limit of None compares without a target.
 PAIRED_RATIO_TARGETS = {
     "get_current": (("rmm", 0.5, "rmm's get_current_device_resource()"),),
-    "cupy_empty": (
-        ("cupy", 1.10, "CuPy's MemoryPool"),
-        ("rmm", None, "rmm's rmm_cupy_allocator"),
-        # The hook's call is C++ for speed: it must buy at least 10% (docs/design.md).
-        ("python_hook", 0.90, "the hook's call written in Python (a Buffer per allocation)"),
-    ),
+    "cupy_empty": (("cupy", 1.10, "CuPy's MemoryPool"), ("rmm", None, "rmm's rmm_cupy_allocator")),
     "torch_empty_hook": (("torch", 1.12, "torch's caching allocator"),),
     "torch_empty": (("torch", None, "torch's caching allocator"),),
     "memory_history": (

@@ -23,10 +23,8 @@ and the target (``target``):
     current (Python callables over host memory without a GPU).
 ``cupy_empty``
     ``cupy.empty(256, dtype=uint8)`` through nbrmm's hook over an arena, beside CuPy's own
-    ``MemoryPool`` (guard: at most 1.10x), rmm's ``rmm_cupy_allocator`` over rmm's
-    arena, and the hook's call written in Python (``python_hook``: a Buffer per
-    allocation as the owner of CuPy's ``UnownedMemory``, as rmm's hook does), which the
-    C++ call must beat by at least 10% (it exists for speed).
+    ``MemoryPool`` (guard: at most 1.10x) and rmm's ``rmm_cupy_allocator`` over rmm's
+    arena.
 ``torch_empty``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
     ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
@@ -204,24 +202,6 @@ def bench_paired_get_current(benchmark):
         rmm.mr.set_current_device_resource(rmm_before)
 
 
-def _python_cupy_hook(cupy, nbrmm, mr):
-    """The CuPy hook's call written in Python: what the C++ call of
-    ``nbrmm.allocators.cupy.CupyAllocator`` does, with a Buffer per allocation as the owner."""
-    get_device_id, get_current_stream = cupy.cuda.get_device_id, cupy.cuda.get_current_stream
-    unowned, pointer, null = cupy.cuda.UnownedMemory, cupy.cuda.MemoryPointer, cupy.cuda.Stream.null
-    buffer, default = nbrmm.Buffer, nbrmm.DEFAULT_STREAM
-
-    def allocate(nbytes):
-        if type(nbytes) is not int or nbytes < 0:
-            raise TypeError("nbytes: expected an int")
-        device = get_device_id()
-        stream = get_current_stream(device)
-        owner = buffer(nbytes, mr=mr, stream=default if stream is null else stream)
-        return pointer(unowned(owner.ptr, nbytes, owner, device), 0)
-
-    return allocate
-
-
 @pytest.mark.gpu
 def bench_paired_cupy_empty(benchmark):
     """``cupy.empty`` through nbrmm's hook, beside CuPy's MemoryPool and rmm's hook."""
@@ -232,7 +212,7 @@ def bench_paired_cupy_empty(benchmark):
     arena = make_resource(nbrmm, "arena")
     hook = cupy_allocator(mr=arena)
     pool = cupy.cuda.MemoryPool()
-    allocators = {"cupy": pool.malloc, "python_hook": _python_cupy_hook(cupy, nbrmm, arena)}
+    allocators = {"cupy": pool.malloc}
     with contextlib.ExitStack() as undo:
         try:
             rmm = import_impl("rmm")

@@ -84,12 +84,14 @@ def main():
             ("cupy.empty(256): nbrmm hook over arena", "E(256, dtype=u1)", on_hook),
             ("CuPy's MemoryPool: malloc(256) alone", "cupy_pool.malloc(256)"),
             ("nbrmm hook: hook(256) alone", "hook(256)", on_hook),
+            ("  its parts: _lend_memory(256, arena, DEFAULT_STREAM) + free",
+             "L(256, mr, S)"),
             ("  its parts: cupy.cuda.get_device_id()", "cupy.cuda.get_device_id()"),
             ("  its parts: cupy.cuda.get_current_stream(0)", "cupy.cuda.get_current_stream(0)"),
             ("  its parts: UnownedMemory(ptr, 256, owner, 0)", "UM(P, 256, O, 0)"),
             ("  its parts: MemoryPointer(UnownedMemory(...), 0)", "MP(UM(P, 256, O, 0), 0)"),
         ]
-        env.update(UM=cupy.cuda.UnownedMemory,
+        env.update(L=nbrmm._nbrmm._lend_memory, UM=cupy.cuda.UnownedMemory,
                    MP=cupy.cuda.MemoryPointer, P=1 << 40, O=object())
     try:
         import cuda.core as cc

@@ -35,7 +35,7 @@ void bind_thread_safe_resource_adaptor(nb::module_& m);
 void bind_per_device_resource(nb::module_& m);
 void bind_device_buffer(nb::module_& m);
 void bind_pointer_copies(nb::module_& m);
-void bind_cupy_allocator(nb::module_& m);
+void bind_lent_memory(nb::module_& m);
 void bind_torch_allocator(nb::module_& m);
 void bind_logger(nb::module_& m);
 void bind_history(nb::module_& m);

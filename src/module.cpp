@@ -49,7 +49,7 @@ NB_MODULE(_nbrmm, m)
   nbrmm::bind_per_device_resource(m);
   nbrmm::bind_device_buffer(m);
   nbrmm::bind_pointer_copies(m);
-  nbrmm::bind_cupy_allocator(m);
+  nbrmm::bind_lent_memory(m);
   nbrmm::bind_torch_allocator(m);
   nbrmm::bind_logger(m);
   nbrmm::bind_history(m);

@@ -615,76 +615,28 @@ def test_memory_dropped_inside_a_callback_of_its_resource_waits(api):
     assert stats.allocation_counts.current_bytes == 0
 
 
-def test_the_call_refuses_bad_arguments_before_allocating(fake_api):
-    hook, _ = fake_api
+def test_lent_memory_refuses_bad_arguments_before_allocating():
     heap = HostHeap()
     mr = heap.resource()
-    allocate = hook.cupy_allocator(mr=mr, stream=nbrmm.DEFAULT_STREAM)
-    for bad, error, match in (
-        (numpy.int64(-1), ValueError, "^nbytes: must be non-negative"),
-        (1 << 64, ValueError, "^nbytes:"),
-        (None, TypeError, "^nbytes: expected an int, got None"),
-        ("1GiB", TypeError, "^nbytes: expected an int, got str"),
-    ):
-        with pytest.raises(error, match=match):
-            allocate(bad)
-    with pytest.raises(TypeError, match=r"^CupyAllocator.__call__\(\): missing"):
-        allocate()
-    with pytest.raises(TypeError, match="nbytes"):
-        allocate(nbytes=8)
-    # A class's call with something that is no allocator names the argument.
-    with pytest.raises(TypeError, match="self"):
-        hook.CupyAllocator.__call__(object(), 8)
+    lend = nbrmm._nbrmm._lend_memory
+    with pytest.raises(ValueError, match="^nbytes: must be non-negative"):
+        lend(-1, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(ValueError, match="^nbytes:"):
+        lend(1 << 64, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^nbytes:"):
+        lend(None, mr, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^mr:"):
+        lend(8, nbrmm.mr.DeviceMemoryResource, nbrmm.DEFAULT_STREAM)
+    with pytest.raises(TypeError, match="^stream"):
+        lend(8, mr, None)
     assert heap.calls == []
-    pointer = allocate(numpy.uint32(0))  # 0 bytes: nothing allocated, a null pointer
-    assert pointer.ptr == 0 and heap.calls == []
-    del pointer
-    pointer = allocate(64)
-    assert list(heap.live.values()) == [64] and pointer.mem.size == 64
-    del pointer
+    ptr, owner = lend(0, mr, nbrmm.DEFAULT_STREAM)  # 0 bytes: nothing allocated
+    assert ptr == 0 and heap.calls == []
+    del owner
+    ptr, owner = lend(64, mr, nbrmm.DEFAULT_STREAM)
+    assert heap.live == {ptr: 64}
+    del owner
     assert heap.live == {}
-
-
-def test_an_allocator_in_a_cycle_with_its_resource_is_collected(fake_api):
-    hook, _ = fake_api
-    heap, box = HostHeap(), []
-    mr = nbrmm.mr.CallbackMemoryResource(
-        lambda n, s, box=box: heap.allocate(n, s), heap.deallocate)
-    allocator = hook.cupy_allocator(mr=mr)
-    box.append(allocator)  # the resource's callback holds the allocator: a cycle
-    pointer = allocator(100)
-    ref = weakref.ref(mr)
-    del allocator, mr, box
-    gc.collect()
-    assert ref() is not None  # the memory CuPy still holds keeps its resource
-    del pointer
-    gc.collect()
-    assert ref() is None and heap.live == {}
-
-
-def test_the_memory_history_tags_the_hooks_allocations_cupy(fake_api):
-    import nbrmm.memory as memory
-
-    hook, _ = fake_api
-    heap = HostHeap()
-    allocate = hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)
-    memory.record_history()
-    try:
-        plain = allocate(1000)
-        with memory.tag("prepare"):
-            tagged = allocate(2000)
-        snap = memory.snapshot()
-    finally:
-        memory.record_history(False)
-    allocs = [e for e in snap.events if e.action == "alloc"]
-    assert [(e.size, e.library, e.tag) for e in allocs] == [
-        (1000, "cupy", "cupy"), (2000, "cupy", "prepare")]
-    # The call site is the Python code that asked CuPy (the hook's call has no frame).
-    assert allocs[0].frames[0].name == "test_the_memory_history_tags_the_hooks_allocations_cupy"
-    assert {a.address for a in snap.allocations} == {plain.ptr, tagged.ptr}
-    del plain, tagged
-    assert heap.live == {}
-
 
 EXIT_PRELUDE = """
 import ctypes, sys

@@ -343,49 +343,17 @@ def copy_device_to_ptr(d_src: int, d_dst: int, count: int, stream: nbrmm._typing
         If CUDA fails (e.g. no GPU).
     """
 
-class _CupyHook:
-    """The call of nbrmm.allocators.cupy.CupyAllocator (its base class)."""
+def _lend_memory(nbytes: int, mr: DeviceMemoryResource | None, stream: nbrmm._typing.CudaStreamLike) -> tuple[int, CapsuleType]:
+    """
+    Allocate ``nbytes`` bytes from ``mr`` (None: the current device resource) on
+    ``stream``, for a library that takes an opaque owner of the memory.
 
-    def __init__(self, mr: DeviceMemoryResource | None, stream: Stream | None, device: int, cupy: tuple[Callable[[], int], Callable[[int], Any], type, type, Any, Stream, Any, Stream, Callable[[int, MemoryError], BaseException]]) -> None:
-        """
-        Bind ``mr`` (None: the current device resource at each call), ``stream`` (None: CuPy's current stream at each call), the device ``mr`` serves (-1: any) and the parts of CuPy the call uses (checked by nbrmm.allocators.cupy).
-        """
-
-    def __call__(self, nbytes: int, /) -> Any:
-        """
-        Allocate ``nbytes`` bytes for CuPy.
-
-        Parameters
-        ----------
-        nbytes : int
-            The size in bytes.
-
-        Returns
-        -------
-        cupy.cuda.MemoryPointer
-            A pointer to the start of a ``cupy.cuda.UnownedMemory`` whose owner holds the
-            allocation; 0 bytes allocate nothing and give a null pointer.
-
-        Raises
-        ------
-        cupy.cuda.memory.OutOfMemoryError
-            If the resource cannot allocate (``__cause__`` is its ``MemoryError``).
-        TypeError, ValueError
-            If ``nbytes`` is not a non-negative int below 2**64, or the bound resource serves
-            another device than CuPy's current one.
-        """
-
-    @property
-    def mr(self) -> DeviceMemoryResource | None:
-        """
-        The bound resource, or None: the current device resource at each allocation.
-        """
-
-    @property
-    def stream(self) -> Stream | None:
-        """
-        The fixed stream (an nbrmm.Stream), or None: CuPy's current stream at each allocation.
-        """
+    Returns
+    -------
+    tuple[int, PyCapsule]
+        The pointer (0 for 0 bytes) and its owner, which gives the memory back to the
+        resource that allocated it, on ``stream``, when it dies.
+    """
 
 def _torch_bind(mr: DeviceMemoryResource | dict[int, DeviceMemoryResource] | None) -> int:
     """

@@ -3,7 +3,7 @@
 //
 // nanobind raises its own message when no overload of a function accepts a call, and
 // offers no hook for it. So every public function of the module, and every public method,
-// static method, `__init__` and `__call__` of its classes, gets one more overload, added here
+// static method and `__init__` of its public classes, gets one more overload, added here
 // once every binding is made: a catch-all that takes any arguments and raises the
 // TypeError that `nbrmm._call_errors` writes from the first overload's signature (a
 // missing or unexpected argument, None where it is not allowed, a wrong type or a class
@@ -127,12 +127,11 @@ void add_call_errors(nb::module_& m)
   std::vector<std::pair<nb::object, std::string>> static_methods;
   for (auto [key, value] : nb::borrow<nb::dict>(m.attr("__dict__"))) {
     std::string const name = nb::cast<std::string>(key);
+    if (!is_public(name)) { continue; }
     if (is_function(value)) {
-      if (is_public(name)) { functions.emplace_back(m, name); }
+      functions.emplace_back(m, name);
       continue;
     }
-    // Classes, private ones too: a public class of Python may derive from one (the CuPy
-    // hook's CupyAllocator from _CupyHook).
     if (!nb::type_check(value) || PyObject_IsSubclass(value.ptr(), enum_type.ptr()) == 1) {
       continue;
     }
@@ -141,8 +140,7 @@ void add_call_errors(nb::module_& m)
     if (PyDict_Update(members.ptr(), value.attr("__dict__").ptr()) != 0) { throw nb::python_error(); }
     for (auto [attr, member] : members) {
       std::string const member_name = nb::cast<std::string>(attr);
-      if (!(is_public(member_name) || member_name == "__init__" || member_name == "__call__") ||
-          !is_function(member)) {
+      if (!(is_public(member_name) || member_name == "__init__") || !is_function(member)) {
         continue;
       }
       (is_method(member) ? methods : static_methods).emplace_back(nb::borrow(value), member_name);

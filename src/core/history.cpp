@@ -114,7 +114,6 @@ struct recorder {
   std::uint32_t const native_id  = intern("native");
   std::uint32_t const torch_id   = intern("torch");
   std::uint32_t const nbrmm_id   = intern("nbrmm");
-  std::uint32_t const cupy_id    = intern("cupy");
 
   std::uint32_t intern(std::string_view s)
   {
@@ -180,7 +179,6 @@ std::uint32_t library_id(recorder& r, source src)
   switch (src) {
     case source::native: return r.native_id;
     case source::torch: return r.torch_id;
-    case source::cupy: return r.cupy_id;
     default: return r.nbrmm_id;
   }
 }

@@ -9,15 +9,15 @@
 //    Numba hook and the cuda.core adapter, which use those);
 //  * librmm's per-device map entry that nbrmm writes (python_owned_resource): C++ callers
 //    of the current resource ("native");
-//  * the PyTorch hook ("torch"); the CuPy hook ("cupy") passes its source to allocate_block.
+//  * the PyTorch hook ("torch").
 // A call that reaches a second recording place inside the first (torch's slot 0 through the
 // map entry, a Buffer over a C++ resource built on the entry) is recorded once, by the
 // outermost (nested_call).
 //
 // Off, each place costs one relaxed atomic load. On, an allocation of a thread that Python
 // knows takes the GIL (if this thread does not hold it) to read the Python frames: the
-// library that allocated (the Numba and cuda.core hooks are Python functions, registered
-// when recording starts) and, with stacks="python", the call stack. Threads
+// library that allocated (the CuPy, Numba and cuda.core hooks are Python functions,
+// registered when recording starts) and, with stacks="python", the call stack. Threads
 // Python does not know, and frees, are recorded without the GIL.
 #pragma once
 
@@ -30,7 +30,7 @@ namespace nbrmm::history {
 
 /// Who made an allocation, as far as C++ knows (a Python hook found in the frames refines
 /// `nbrmm`).
-enum class source : unsigned char { nbrmm, native, torch, cupy };
+enum class source : unsigned char { nbrmm, native, torch };
 
 namespace detail {
 extern std::atomic<bool> recording;

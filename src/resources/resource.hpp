@@ -395,11 +395,10 @@ namespace detail {
 
 /// Allocates `bytes` bytes aligned to `alignment` (a power of two, checked with
 /// check_request) from `res` (serving `device`, -1 if unknown), ordered on `stream`, and
-/// records it in the memory history (made by `src`). Call without the GIL. (Inline: it is
-/// on the path of every allocation.)
+/// records it in the memory history. Call without the GIL. (Inline: it is on the path of
+/// every allocation.)
 inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::size_t bytes,
-                            std::size_t alignment, int device,
-                            history::source src = history::source::nbrmm)
+                            std::size_t alignment, int device)
 {
   block b;
   if (bytes == 0) { return b; }
@@ -414,7 +413,7 @@ inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::
     history::nested_call const nested;
     b.raw = res.allocate(stream, b.raw_bytes, b.raw_alignment);
   } catch (...) {
-    history::failed(bytes, device, stream.get(), src);
+    history::failed(bytes, device, stream.get(), history::source::nbrmm);
     throw;
   }
   auto const raw = reinterpret_cast<std::uintptr_t>(b.raw);
@@ -422,7 +421,7 @@ inline block allocate_block(device_resource& res, cuda::stream_ref stream, std::
     detail::refuse_block(res, stream, b);
   }
   b.data = reinterpret_cast<void*>((raw + (alignment - 1)) & ~(std::uintptr_t{alignment} - 1));
-  history::allocated(b.data, bytes, device, stream.get(), src);
+  history::allocated(b.data, bytes, device, stream.get(), history::source::nbrmm);
   return b;
 }
 

@@ -21,29 +21,16 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from nbrmm import _nbrmm
+from nbrmm._args import check_size as _check_size
 from nbrmm._nbrmm import Stream  # rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
+from nbrmm.memory import _register_hook
 
 if TYPE_CHECKING:
     from nbrmm._typing import CudaStreamLike
-
-
-def _cupy_out_of_memory(nbytes: int, error: MemoryError) -> Exception:
-    """CuPy's OutOfMemoryError for ``nbytes`` (``error`` itself where it is one), with
-    nbrmm's out-of-memory report (what the resource chain and the memory history hold) in
-    its message where ``error`` has one."""
-    if isinstance(error, _OutOfMemoryError):
-        return cast(Exception, error)
-    oom: Exception = _OutOfMemoryError(nbytes, -1)
-    report = getattr(error, "report", None)
-    if report is not None:
-        oom.args = ("\n".join([str(oom.args[0]) if oom.args else "", *report.lines()]),)
-        oom.report = report  # type: ignore[attr-defined]
-    return oom
-
 
 _missing: _Missing | None
 
@@ -55,23 +42,20 @@ except ImportError as exc:  # as in rmm, the module imports; its hooks raise whe
                         "cupy-cuda13x)", exc)
 else:
     _missing = None
+    # What each allocation uses, bound once (nothing of CuPy is called at import).
+    _get_device_id = _cupy.cuda.get_device_id
+    _get_current_stream = _cupy.cuda.get_current_stream
+    _UnownedMemory = _cupy.cuda.UnownedMemory
+    _MemoryPointer = _cupy.cuda.MemoryPointer
     _OutOfMemoryError = _cupy_memory.OutOfMemoryError
-    # What each call uses (nothing of CuPy is called at import), in the order the call
-    # reads them: CuPy's current device and stream; the memory and pointer types it returns;
-    # CuPy's default streams with the nbrmm Streams of the same handles (CuPy's null stream
-    # is the legacy default stream; ``ptds`` is the per-thread default stream); and how a
-    # MemoryError becomes CuPy's.
-    _CUPY_PARTS = (
-        _cupy.cuda.get_device_id,
-        _cupy.cuda.get_current_stream,
-        _cupy.cuda.UnownedMemory,
-        _cupy.cuda.MemoryPointer,
-        _cupy.cuda.Stream.null,
-        _nbrmm.DEFAULT_STREAM,
-        _cupy.cuda.Stream.ptds,
-        _nbrmm.PER_THREAD_DEFAULT_STREAM,
-        _cupy_out_of_memory,
-    )
+    # CuPy's default streams, as nbrmm's Streams of the same handles (CuPy's null stream
+    # is the legacy default stream, spelled 0; ``ptds`` is the per-thread default stream).
+    _CUPY_NULL_STREAM = _cupy.cuda.Stream.null
+    _CUPY_PER_THREAD_STREAM = _cupy.cuda.Stream.ptds
+
+_lend_memory = _nbrmm._lend_memory
+_DEFAULT_STREAM = _nbrmm.DEFAULT_STREAM
+_PER_THREAD_DEFAULT_STREAM = _nbrmm.PER_THREAD_DEFAULT_STREAM
 
 
 def _type_name(obj: object) -> str:
@@ -81,7 +65,7 @@ def _type_name(obj: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-class CupyAllocator(_nbrmm._CupyHook):
+class CupyAllocator:
     """A CuPy allocator: ``allocator(nbytes) -> cupy.cuda.MemoryPointer``.
 
     Use it with ``cupy.cuda.set_allocator`` or ``cupy.cuda.using_allocator``. Made by
@@ -113,7 +97,11 @@ class CupyAllocator(_nbrmm._CupyHook):
     nothing and give a null pointer, as CuPy's own allocators do.
     """
 
-    __slots__ = ()
+    __slots__ = ("_device", "_mr", "_stream")
+
+    _mr: _nbrmm.DeviceMemoryResource | None
+    _stream: Stream | None
+    _device: int
 
     def __init__(
         self,
@@ -140,12 +128,69 @@ class CupyAllocator(_nbrmm._CupyHook):
                     # Stream's own message names its parameter, ``obj``.
                     message = str(error).removeprefix("obj: ")
                     raise type(error)(f"stream: {message}") from None
-        # The call is the base class's (src/hooks/cupy_allocator.cpp); ``device`` is the
-        # device ``mr`` serves (-1: any, or the current one).
-        super().__init__(mr, fixed, device, _CUPY_PARTS)
+        self._mr = mr
+        self._stream = fixed
+        self._device = device  # the device ``mr`` serves; -1: any (or the current one)
+
+    def __call__(self, nbytes: int, /) -> Any:
+        """Allocate ``nbytes`` bytes for CuPy.
+
+        Parameters
+        ----------
+        nbytes : int
+            The size in bytes.
+
+        Returns
+        -------
+        cupy.cuda.MemoryPointer
+            A pointer to the start of a :data:`Memory` that owns the allocation.
+
+        Raises
+        ------
+        cupy.cuda.memory.OutOfMemoryError
+            If the resource cannot allocate (``__cause__`` is its ``MemoryError``).
+        TypeError, ValueError
+            If ``nbytes`` is not a non-negative int below 2**64, or the bound resource
+            serves another device than CuPy's current one.
+        """
+        if type(nbytes) is not int or nbytes < 0 or nbytes >> 64:
+            nbytes = _check_size(nbytes, "nbytes")
+        device = _get_device_id()
+        if self._device >= 0 and device != self._device:
+            raise ValueError(
+                f"mr: the resource serves device {self._device}, but CuPy is allocating "
+                f"on device {device}"
+            )
+        stream: Any = self._stream
+        if stream is None:
+            stream = _get_current_stream(device)
+            if stream is _CUPY_NULL_STREAM:
+                stream = _DEFAULT_STREAM
+            elif stream is _CUPY_PER_THREAD_STREAM:
+                stream = _PER_THREAD_DEFAULT_STREAM
+            # Any other CuPy stream goes to the buffer as it is (through
+            # ``__cuda_stream__``): the buffer keeps it alive until the memory is freed.
+        try:
+            ptr, owner = _lend_memory(nbytes, self._mr, stream)
+        except MemoryError as error:
+            if isinstance(error, _OutOfMemoryError):
+                raise
+            raise _cupy_out_of_memory(nbytes, error) from error
+        return _MemoryPointer(_UnownedMemory(ptr, nbytes, owner, device), 0)
+
+    @property
+    def mr(self) -> _nbrmm.DeviceMemoryResource | None:
+        """The bound resource, or None: the current device resource at each allocation."""
+        return self._mr
+
+    @property
+    def stream(self) -> Stream | None:
+        """The fixed stream (an nbrmm.Stream), or None: CuPy's current stream at each
+        allocation."""
+        return self._stream
 
     def __repr__(self) -> str:
-        return f"<nbrmm.allocators.cupy.CupyAllocator mr={self.mr!r} stream={self.stream!r}>"
+        return f"<nbrmm.allocators.cupy.CupyAllocator mr={self._mr!r} stream={self._stream!r}>"
 
 
 def cupy_allocator(
@@ -190,7 +235,7 @@ if _missing is None:
 
     #: The class of the memory objects behind the MemoryPointers the allocators return:
     #: CuPy's ``cupy.cuda.UnownedMemory``, whose owner (``_owner``) holds the allocation.
-    Memory = _cupy.cuda.UnownedMemory
+    Memory = _UnownedMemory
 else:
     rmm_cupy_allocator = _missing.function(
         "nbrmm.allocators.cupy.rmm_cupy_allocator",
@@ -198,6 +243,21 @@ else:
         "ModuleNotFoundError).",
     )
     Memory = None
+
+
+def _cupy_out_of_memory(nbytes: int, error: MemoryError) -> Exception:
+    """CuPy's OutOfMemoryError for ``nbytes``, with nbrmm's out-of-memory report (what the
+    resource chain and the memory history hold) in its message where ``error`` has one."""
+    oom: Exception = _OutOfMemoryError(nbytes, -1)
+    report = getattr(error, "report", None)
+    if report is not None:
+        oom.args = ("\n".join([str(oom.args[0]) if oom.args else "", *report.lines()]),)
+        oom.report = report  # type: ignore[attr-defined]
+    return oom
+
+
+# The memory history attributes what this hook allocates to CuPy.
+_register_hook(CupyAllocator.__call__, "cupy")
 
 
 def _uninstall_at_exit() -> None:
