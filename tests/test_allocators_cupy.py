@@ -513,6 +513,15 @@ def test_limit_of_an_adaptor_becomes_cupy_out_of_memory(api):
     assert heap.live == {}
 
 
+def test_a_size_no_resource_can_serve_becomes_cupy_out_of_memory(api):
+    hook, cupy = api
+    heap = HostHeap()
+    with pytest.raises(cupy.cuda.memory.OutOfMemoryError) as info:
+        hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)(1 << 63)
+    assert isinstance(info.value.__cause__, MemoryError)
+    assert "nbytes" in str(info.value.__cause__) and heap.calls == []
+
+
 def test_cupys_own_out_of_memory_error_is_not_wrapped(api):
     hook, cupy = api
     oom = cupy.cuda.memory.OutOfMemoryError(64, -1)
@@ -637,6 +646,47 @@ def test_lent_memory_refuses_bad_arguments_before_allocating():
     assert heap.live == {ptr: 64}
     del owner
     assert heap.live == {}
+
+def test_an_allocator_in_a_cycle_with_its_resource_is_collected(fake_api):
+    hook, _ = fake_api
+    heap, box = HostHeap(), []
+    mr = nbrmm.mr.CallbackMemoryResource(
+        lambda n, s, box=box: heap.allocate(n, s), heap.deallocate)
+    allocator = hook.cupy_allocator(mr=mr)
+    box.append(allocator)  # the resource's callback holds the allocator: a cycle
+    pointer = allocator(100)
+    ref = weakref.ref(mr)
+    del allocator, mr, box
+    gc.collect()
+    assert ref() is not None  # the memory CuPy still holds keeps its resource
+    del pointer
+    gc.collect()
+    assert ref() is None and heap.live == {}
+
+
+def test_the_memory_history_tags_the_hooks_allocations_cupy(fake_api):
+    import nbrmm.memory as memory
+
+    hook, _ = fake_api
+    heap = HostHeap()
+    allocate = hook.cupy_allocator(mr=heap.resource(), stream=nbrmm.DEFAULT_STREAM)
+    memory.record_history()
+    try:
+        plain = allocate(1000)
+        with memory.tag("prepare"):
+            tagged = allocate(2000)
+        snap = memory.snapshot()
+    finally:
+        memory.record_history(False)
+    allocs = [e for e in snap.events if e.action == "alloc"]
+    assert [(e.size, e.library, e.tag) for e in allocs] == [
+        (1000, "cupy", "cupy"), (2000, "cupy", "prepare")]
+    names = [f.name for f in allocs[0].frames]
+    assert "test_the_memory_history_tags_the_hooks_allocations_cupy" in names
+    assert {a.address for a in snap.allocations} == {plain.ptr, tagged.ptr}
+    del plain, tagged
+    assert heap.live == {}
+
 
 EXIT_PRELUDE = """
 import ctypes, sys

@@ -87,9 +87,7 @@ def test_type_checkers_name_the_public_modules(tmp_path):
     in revealed types and in what it says of a wrong call."""
     from nbrmm import _nbrmm
 
-    # (A private class, the base of a Python class, is no API: `_CupyHook`.)
-    classes = {name: obj for name, obj in vars(_nbrmm).items()
-               if isinstance(obj, type) and not name.startswith("_")}
+    classes = {name: obj for name, obj in vars(_nbrmm).items() if isinstance(obj, type)}
     public = {name: f"{cls.__module__}.{name}" for name, cls in classes.items()}
     lines = [f"import {module}" for module in sorted({c.__module__ for c in classes.values()})]
     expected = {}

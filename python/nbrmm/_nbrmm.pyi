@@ -1,6 +1,6 @@
 """nanobind bindings for librmm (RAPIDS Memory Manager)"""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 import types
 from typing import Any
 
