@@ -336,7 +336,6 @@ class _Report:
             key=lambda d: (d < 0, d),
         )
         self.total = _timeline(snapshot.events, snapshot.allocations)
-        self._sites: dict[int, tuple[Frame | None]] = {}
         events: dict[int, list[Event]] = {d: [] for d in self.devices}
         allocations: dict[int, list[Allocation]] = {d: [] for d in self.devices}
         for e in snapshot.events:
@@ -622,17 +621,11 @@ class _Report:
         )
         return "\n".join(out)
 
-    def site(self, frames: tuple[Frame, ...]) -> Frame | None:
-        """:func:`call_site` of ``frames``, once per tuple (entries share them)."""
-        if (found := self._sites.get(id(frames))) is None:
-            found = self._sites[id(frames)] = (call_site(frames),)
-        return found[0]
-
     def site_table(self) -> str:
         sites: dict[Frame | None, list[int]] = {}
         tags: dict[Frame | None, set[str]] = {}
         for a in self.s.allocations:
-            site = self.site(a.frames)
+            site = a.site
             entry = sites.setdefault(site, [0, 0])
             entry[0] += a.size
             entry[1] += 1
@@ -736,7 +729,7 @@ class _Report:
                 f"<td>{self.swatch(a.tag)}{_e(a.tag)}</td><td>{_e(a.library)}</td>"
                 f"<td>{_e(_device_name(a.device))}</td><td><code>{a.address:#x}</code></td>"
                 f'<td class="n">{self.when(a.time_ns)}</td>'
-                f"<td><code>{_e(_site(self.site(a.frames)))}</code></td></tr>"
+                f"<td><code>{_e(_site(a.site))}</code></td></tr>"
             )
         out.append("</tbody></table>")
         if len(ranked) > TOP_ROWS:
@@ -764,7 +757,7 @@ class _Report:
             ),
         ]
         for e in failures[-TOP_ROWS:]:
-            site = self.site(e.frames)
+            site = call_site(e.frames)
             out.append(
                 f'<tr><td class="n">{self.when(e.time_ns)}</td>'
                 f'<td class="n" title="{e.size:,} bytes">{_e(format_bytes(e.size))}</td>'
