@@ -16,8 +16,8 @@ type-checks against nbrmm's stubs. A ``pycon`` statement whose expected output i
 A module with a stub of its own (``nbrmm``, ``nbrmm.mr``: those that publish the
 extension's classes, scripts/stubgen.py) is read from the stub there, so its source is
 checked too, from a copy under a module name of its own
-(``build/shadowed-sources/source_of_nbrmm_mr.py`` for ``python/nbrmm/mr/__init__.py``): the copy's
-line numbers are the source's. ``stubtest`` runs ``python -m mypy.stubtest nbrmm`` with
+(``build/shadowed-sources/source_of_nbrmm_mr.py`` for ``python/nbrmm/mr/__init__.py``):
+the copy's line numbers are the source's. ``stubtest`` runs ``python -m mypy.stubtest nbrmm`` with
 ``scripts/stubtest-allowlist.txt``; each entry there says why it is allowed. Run it where
 nbrmm imports (installed, or ``PYTHONPATH=python``). The exit status is mypy's.
 """
@@ -105,10 +105,10 @@ def shadowed_sources() -> list[pathlib.Path]:
     )
 
 
-def write_shadowed_sources(folder: pathlib.Path) -> list[pathlib.Path]:
+def write_shadowed_sources(folder: pathlib.Path) -> list[tuple[pathlib.Path, pathlib.Path]]:
     """A copy of each of :func:`shadowed_sources` in ``folder``, named after its module
     (``source_of_nbrmm_mr.py``), so that mypy checks it as a module of its own; returns
-    their paths."""
+    (copy, source) for each."""
     written = []
     for source in shadowed_sources():
         parts = source.relative_to(ROOT / "python").with_suffix("").parts
@@ -116,7 +116,7 @@ def write_shadowed_sources(folder: pathlib.Path) -> list[pathlib.Path]:
             parts = parts[:-1]
         path = folder / f"source_of_{'_'.join(parts)}.py"
         shutil.copyfile(source, path)
-        written.append(path)
+        written.append((path, source))
     return written
 
 
@@ -126,10 +126,10 @@ def check_package() -> int:
     folder.mkdir(parents=True)
     copies = write_shadowed_sources(folder)
     print("mypy --strict python/nbrmm, and the sources its stubs hide:", flush=True)
-    for copy, source in zip(copies, shadowed_sources()):
+    for copy, source in copies:
         print(f"  {copy.relative_to(ROOT)} is {source.relative_to(ROOT)}", flush=True)
     # The package as a folder (mypy takes no -p beside files); it reads the stubs there.
-    return mypy("--strict", str(ROOT / "python" / "nbrmm"), *map(str, copies))
+    return mypy("--strict", str(ROOT / "python" / "nbrmm"), *(str(c) for c, _ in copies))
 
 
 def check_stubs() -> int:
