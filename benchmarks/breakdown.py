@@ -1,7 +1,7 @@
 """Where the nanoseconds of ``Buffer(256, mr=arena)``, of ``cupy.empty(256)`` through the
 CuPy hook and of a cuda.core ``allocate(256)`` + ``close()`` through the adapter go: timeit
-figures of their parts, side by side in one process. The statements are timed round-robin (one repeat of each in turn)
-so that drift of the machine touches all of them alike; each row gives the median and the
+figures of their parts, side by side in one process. The statements are timed round-robin
+(one repeat of each in turn) so that drift of the machine touches all of them alike; each row gives the median and the
 minimum over the repeats. Run on a GPU machine: ``python benchmarks/breakdown.py``."""
 
 import statistics

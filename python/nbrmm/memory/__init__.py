@@ -263,4 +263,5 @@ def _register_hook(function: types.FunctionType | Callable[..., Any], library: s
     if code is not None:
         _nbrmm._history_add_hook(code, library)
 
+
 _publish("nbrmm.memory", globals(), __all__)
