@@ -160,9 +160,8 @@ def test_classes_report_their_public_module():
     (``nbrmm.mr.PoolMemoryResource``), not the extension's module."""
     import nbrmm.logger
     import nbrmm.mr
-    import nbrmm.mr.experimental
-
     import nbrmm.memory
+    import nbrmm.mr.experimental
 
     modules = [nbrmm, nbrmm.mr, nbrmm.mr.experimental, nbrmm.logger, nbrmm.memory]
     for optional in ("nbrmm.interop", "nbrmm.dask"):  # (need cuda.core, Dask)

@@ -256,11 +256,11 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
         if (!overrides(py_self, "allocate", cls) || !overrides(py_self, "deallocate", cls)) {
           throw nb::type_error(("a Python subclass of DeviceMemoryResource must implement "
                                 "allocate() and deallocate(); " +
-                                std::string{utf8(nb::type_name(py_self.type()))} +
+                                utf8(nb::type_name(py_self.type())) +
                                 " does not")
                                  .c_str());
         }
-        std::string const name = std::string{utf8(nb::type_name(py_self.type()))} + ".allocate()";
+        std::string const name = utf8(nb::type_name(py_self.type())) + ".allocate()";
         python_resource py{py_self.attr("allocate"), py_self.attr("deallocate"), name};
         new (self) DeviceMemoryResource{};
         self->device       = current_device();
