@@ -376,6 +376,7 @@ def test_difference_callback_exceptions():
     assert heap.bytes_in_use == 0
 
 
+@pytest.mark.gpu
 def test_difference_cupy_memory_owner():
     cupy = pytest.importorskip("cupy")
     from nbrmm.allocators.cupy import Memory, cupy_allocator
