@@ -394,6 +394,92 @@ def test_a_method_called_on_the_wrong_object_names_self(c):
     check(info.value, "missing required argument 'self'")
 
 
+NOT_INITIALIZED = ("that is not initialized (its __init__ did not run; a subclass's __init__ "
+                   "must call super().__init__())")
+
+
+def uninitialized(cls: type) -> Any:
+    """An instance of ``cls`` whose ``__init__`` never ran (nanobind warns as it refuses it)."""
+    return cls.__new__(cls)
+
+
+@pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.id) for c in CALLABLES if c.kind == "method"])
+def test_a_method_called_on_an_uninitialized_instance_says_so(c):
+    cls = getattr(_nbrmm, c.owner)
+    method = getattr(cls, c.name)
+    with pytest.raises(TypeError) as info:
+        method(uninitialized(cls), **with_required(c))
+    message = check(info.value, NOT_INITIALIZED)
+    assert message.startswith((f"{c.title}: called on ", "self: expected ")), message
+
+
+class Forgetful(nbrmm.mr.DeviceMemoryResource):
+    """A resource whose __init__ forgets to call DeviceMemoryResource's."""
+
+    def __init__(self) -> None:
+        pass
+
+
+@pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: nbrmm.Buffer(8, mr=Forgetful()),
+         f"mr: expected an nbrmm.mr.DeviceMemoryResource, got {__name__}.Forgetful "
+         f"{NOT_INITIALIZED}"),
+        (lambda: nbrmm.mr.set_current_device_resource(Forgetful()),
+         f"mr: expected an nbrmm.mr.DeviceMemoryResource, got {__name__}.Forgetful "
+         f"{NOT_INITIALIZED}"),
+        (lambda: nbrmm.mr.StatisticsResourceAdaptor(Forgetful()),
+         f"upstream_mr: expected an nbrmm.mr.DeviceMemoryResource, got {__name__}.Forgetful "
+         f"{NOT_INITIALIZED}"),
+        (lambda: Forgetful().allocate(8),
+         f"self: expected an nbrmm.mr.DeviceMemoryResource, got {__name__}.Forgetful "
+         f"{NOT_INITIALIZED}"),
+        (lambda: nbrmm.Buffer(8, mr=HOST, stream=uninitialized(nbrmm.Stream)),
+         "stream: expected an nbrmm.Stream or an object implementing __cuda_stream__, got "
+         f"nbrmm.Stream {NOT_INITIALIZED}"),
+        (lambda: HOST.allocate(8, uninitialized(nbrmm.Stream)),
+         "stream: expected an nbrmm.Stream or an object implementing __cuda_stream__, got "
+         f"nbrmm.Stream {NOT_INITIALIZED}"),
+        (lambda: nbrmm.Stream(uninitialized(nbrmm.Stream)),
+         "obj: expected an nbrmm.Stream or an object implementing __cuda_stream__, got "
+         f"nbrmm.Stream {NOT_INITIALIZED}"),
+        (lambda: nbrmm.CudaStreamPool.__new__(nbrmm.CudaStreamPool).get_stream(),
+         f"CudaStreamPool.get_stream(): called on an nbrmm.CudaStreamPool {NOT_INITIALIZED}"),
+        (lambda: uninitialized(nbrmm.mr.CudaMemoryResource).__nbrmm_resource__(),
+         "DeviceMemoryResource.__nbrmm_resource__(): called on an nbrmm.mr.CudaMemoryResource "
+         f"{NOT_INITIALIZED}"),
+        (lambda: uninitialized(nbrmm.Buffer).__dlpack__(),
+         f"Buffer.__dlpack__(): called on an nbrmm.Buffer {NOT_INITIALIZED}"),
+        (lambda: uninitialized(nbrmm.Stream).synchronize(),
+         f"Stream.synchronize(): called on an nbrmm.Stream {NOT_INITIALIZED}"),
+        (lambda: uninitialized(nbrmm.Buffer).tobytes(),
+         f"Buffer.tobytes(): called on an nbrmm.Buffer {NOT_INITIALIZED}"),
+    ],
+)
+def test_an_uninitialized_argument_is_named(call, message):
+    """An instance whose __init__ never ran (a subclass forgetting to call the base's) is
+    refused with a message that says so, never read as a default stream or resource."""
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message
+
+
+@pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")
+def test_an_uninitialized_instance_is_no_value():
+    """Compared, printed or read as an array, it is what it is: not initialized."""
+    bare = uninitialized(nbrmm.Stream)
+    assert bare != nbrmm.DEFAULT_STREAM
+    assert nbrmm.DEFAULT_STREAM != bare
+    assert repr(uninitialized(nbrmm.Buffer)) == "<nbrmm.Buffer (not initialized)>"
+    assert repr(Forgetful()) == f"<{__name__}.Forgetful (not initialized)>"
+    with pytest.raises(ValueError) as info:
+        nbrmm.Buffer(8, mr=HOST).copy_from_device(uninitialized(nbrmm.Buffer))
+    assert str(info.value).endswith(f"got nbrmm.Buffer {NOT_INITIALIZED}")
+
+
 # -- Examples and conversions ---------------------------------------------------------------
 
 

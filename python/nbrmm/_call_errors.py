@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from nbrmm._nbrmm import _CATCH_ALL_NOTE
+from nbrmm._nbrmm import _CATCH_ALL_NOTE, _NOT_INITIALIZED_NOTE
 
 #: What the catch-all's signature line says after the callable's name (call_errors.cpp).
 CATCH_ALL_NOTE: str = _CATCH_ALL_NOTE
@@ -50,7 +50,8 @@ class _Accepts(NamedTuple):
 
 
 def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
-               kwargs: dict[str, Any], ready: bool | None = None) -> str:
+               kwargs: dict[str, Any], ready: bool | None = None,
+               unready: list[object] | None = None) -> str:
     """The message for a call of ``scope.name`` that its real overload refused.
 
     Parameters
@@ -66,6 +67,8 @@ def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
     ready : bool or None
         For a method whose ``args[0]`` is an instance of one of nbrmm's classes: whether
         its ``__init__`` ran.
+    unready : list or None
+        The arguments that are instances of nbrmm's classes whose ``__init__`` never ran.
 
     Returns
     -------
@@ -85,7 +88,7 @@ def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
         if name == "__init__" and ready:
             return f"{title}: the object is already initialized (__init__ runs once)"
         if name != "__init__" and ready is False:
-            return f"{title}: the object is not initialized (its __init__ did not run)"
+            return f"{title}: called on {_article(_public_name(type(self)))}{_NOT_INITIALIZED_NOTE}"
     bound = _bind(title, params, args, kwargs)
     if isinstance(bound, str):
         return bound
@@ -94,6 +97,9 @@ def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
             continue
         value = bound[param.name]
         accepts = _alternatives(param.annotation, scope)
+        if any(value is u for u in unready or ()):
+            return f"{param.name}: expected {_expected(accepts)}, got " \
+                   f"{_public_name(type(value))}{_NOT_INITIALIZED_NOTE}"
         if not any(_passes(a, value) for a in accepts):
             return _wrong_value(param.name, accepts, value)
     shown = ", ".join(p.name for p in params)
@@ -340,9 +346,13 @@ def _resolve(name: str) -> object:
         return None
 
 
-def _wrong_value(param: str, accepts: list[_Accepts], value: object) -> str:
+def _expected(accepts: list[_Accepts]) -> str:
     texts = list(dict.fromkeys(a.text for a in accepts))
-    expected = texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
+    return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " or " + texts[-1]
+
+
+def _wrong_value(param: str, accepts: list[_Accepts], value: object) -> str:
+    expected = _expected(accepts)
     if value is None:
         return f"{param}: expected {expected}, got None"
     if isinstance(value, type):

@@ -395,6 +395,7 @@ nb::object buffer_from(nb::handle cls, void const* src, std::size_t n, nb::handl
 /// buffer's own resource and stream, as rmm's copy() does).
 nb::object copy_of(nb::handle py_self, nb::handle mr, nb::handle stream)
 {
+  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "Buffer.copy()"); }
   Buffer& self = buffer_of(py_self);
   buffer_reader reader{self, "copy"};
   auto& b = reader.memory();
@@ -602,6 +603,7 @@ nb::object export_token(nb::handle py_self)
 
 nb::object dlpack(nb::handle_t<Buffer> py_self, nb::handle stream, nb::kwargs kwargs)
 {
+  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "Buffer.__dlpack__()"); }
   Buffer& self = buffer_of(py_self);
   auto& b      = self.get("__dlpack__");
   order_for_consumer(self, stream);
@@ -941,6 +943,7 @@ BufferError
       "__dlpack_device__", [](Buffer& self) { return dlpack_device(self); },
       "``(device_type, device_id)`` of the memory for DLPack.")
     .def("__repr__", [](nb::handle_t<Buffer> py_self) {
+      if (!nb::inst_ready(py_self)) { return std::string{"<nbrmm.Buffer (not initialized)>"}; }
       Buffer& self = buffer_of(py_self);
       if (!self.mem.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
       char ptr[32];

@@ -87,10 +87,21 @@ std::string utf8(nb::handle obj)
   return out;
 }
 
+void throw_not_initialized(nb::handle self, char const* title)
+{
+  throw nb::type_error((std::string{title} + ": called on an " + utf8(nb::type_name(self.type())) +
+                        not_initialized_note)
+                         .c_str());
+}
+
 std::string type_of(nb::handle obj, nb::handle expected)
 {
   if (obj.is_none()) { return "None"; }
-  if (!PyType_Check(obj.ptr())) { return utf8(nb::type_name(obj.type())); }
+  if (!PyType_Check(obj.ptr())) {
+    std::string name = utf8(nb::type_name(obj.type()));
+    if (nb::inst_check(obj) && !nb::inst_ready(obj)) { name += not_initialized_note; }
+    return name;
+  }
   std::string const name = utf8(obj.attr("__qualname__"));
   std::string text = "the class " + name;
   if (expected.is_valid()) {

@@ -22,9 +22,20 @@ inline constexpr std::size_t max_alignment = std::size_t{1} << 40;
 /// escaped (\\udcxx), anything else as its str(); never fails ("<unprintable>").
 std::string utf8(nb::handle obj);
 
-/// What `obj` is, for messages "expected ..., got <this>": None, the name of its type, or, for a
-/// class, "the class X", followed by "; pass an instance, e.g. X(...)" when X is `expected`
-/// or derives from it (or "pass a member" for an enum).
+/// What follows the type's name for an instance of an nbrmm class whose `__init__` never
+/// ran (typically a subclass whose `__init__` does not call the base class's).
+inline constexpr char not_initialized_note[] =
+  " that is not initialized (its __init__ did not run; a subclass's __init__ must call "
+  "super().__init__())";
+
+/// Raises the TypeError for a method `title` ("CudaStreamPool.get_stream()") called on
+/// `self`, an instance whose `__init__` never ran.
+[[noreturn]] void throw_not_initialized(nb::handle self, char const* title);
+
+/// What `obj` is, for messages "expected ..., got <this>": None, the name of its type (with
+/// `not_initialized_note` for an uninitialized nbrmm instance), or, for a class, "the class
+/// X", followed by "; pass an instance, e.g. X(...)" when X is `expected` or derives from it
+/// (or "pass a member" for an enum).
 std::string type_of(nb::handle obj, nb::handle expected = nb::handle{});
 
 /// Parses a size argument: a non-negative int or a string such as "1GiB". Raises

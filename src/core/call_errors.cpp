@@ -87,8 +87,16 @@ void add_catch_all(nb::handle scope, std::string const& name, callable_kind kind
     // refuses an uninitialized one, and an initialized one for `__init__`.
     nb::object ready = nb::none();
     if (nb::len(args) > 0 && nb::inst_check(args[0])) { ready = nb::bool_(nb::inst_ready(args[0])); }
-    nb::object const message = nb::module_::import_("nbrmm._call_errors")
-                                 .attr("call_error")(scope, name, kind_text, args, kwargs, ready);
+    // The arguments that are uninitialized instances (nanobind refuses them too).
+    nb::list unready;
+    auto note_unready = [&unready](nb::handle value) {
+      if (nb::inst_check(value) && !nb::inst_ready(value)) { unready.append(value); }
+    };
+    for (nb::handle value : args) { note_unready(value); }
+    for (auto [key, value] : kwargs) { note_unready(value); }
+    nb::object const message =
+      nb::module_::import_("nbrmm._call_errors")
+        .attr("call_error")(scope, name, kind_text, args, kwargs, ready, unready);
     throw nb::type_error(utf8(message).c_str());
   };
   // A method's `self` is the first of `args` (nanobind gives it no annotation).
@@ -121,7 +129,8 @@ void add_call_errors(nb::module_& m)
 {
   nb::object const enum_type = nb::module_::import_("enum").attr("Enum");
   std::string const note{catch_all_note};
-  m.attr("_CATCH_ALL_NOTE") = note;
+  m.attr("_CATCH_ALL_NOTE")       = note;
+  m.attr("_NOT_INITIALIZED_NOTE") = not_initialized_note;
   std::vector<std::pair<nb::object, std::string>> functions;
   std::vector<std::pair<nb::object, std::string>> methods;
   std::vector<std::pair<nb::object, std::string>> static_methods;

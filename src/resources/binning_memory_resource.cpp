@@ -128,6 +128,9 @@ allocations.)doc")
       "add_bin",
       [](nb::handle_t<BinningMemoryResource> py_self, nb::handle allocation_size,
          nb::handle bin_resource) {
+        if (!nb::inst_ready(py_self)) {
+          throw_not_initialized(py_self, "BinningMemoryResource.add_bin()");
+        }
         auto& self             = *nb::inst_ptr<BinningMemoryResource>(py_self);
         std::size_t const size = parse_size(allocation_size, "allocation_size");
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }

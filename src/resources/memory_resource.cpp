@@ -362,6 +362,9 @@ ValueError
     .def(
       "__nbrmm_resource__",
       [](nb::handle_t<DeviceMemoryResource> self) {
+        if (!nb::inst_ready(self)) {
+          throw_not_initialized(self, "DeviceMemoryResource.__nbrmm_resource__()");
+        }
         auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
         // A resource C++ made goes back exactly as C++ made it (C++ can resource_cast it).
         // Any other copy carries this object, so a buffer that C++ allocates from it and
@@ -419,9 +422,11 @@ DeviceMemoryResource
     The Python object the resource came from, an instance of the concrete class when
     nbrmm knows the librmm type, or a generic ``DeviceMemoryResource``.)doc")
     .def("__repr__", [](nb::handle_t<DeviceMemoryResource> self) {
-      auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
       std::string text{"<"};
-      text.append(utf8(nb::type_name(self.type())))
+      text.append(utf8(nb::type_name(self.type())));
+      if (!nb::inst_ready(self)) { return text.append(" (not initialized)>"); }
+      auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+      text
         .append(" device=")
         .append(std::to_string(r.device))
         .append(">");

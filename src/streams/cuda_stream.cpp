@@ -126,6 +126,7 @@ Stream make_view(nb::handle obj, char const* param, bool constructing = false)
 {
   Stream s;
   if (nb::isinstance<Stream>(obj)) {
+    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
     Stream const& other = nb::cast<Stream const&>(obj);
     s.handle            = other.handle;
     s.owned             = other.owned;
@@ -164,6 +165,7 @@ PyType_Slot stream_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(stream_tr
 cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 {
   if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
+    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
     return nb::inst_ptr<Stream>(obj)->ref();
   }
   if (obj.ptr() == default_stream_arg_obj) { return cuda::stream_ref{default_stream_handle}; }
@@ -174,7 +176,10 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 
 nb::object stream_object(nb::handle obj, char const* param)
 {
-  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) { return nb::borrow(obj); }
+  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
+    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
+    return nb::borrow(obj);
+  }
   if (obj.ptr() == default_stream_arg_obj) { return default_stream(); }
   if (obj.is_none()) { not_a_stream(obj, param); }
   return nb::cast(make_view(obj, param));
@@ -294,7 +299,9 @@ nbrmm.CudaError
     .def(
       "__eq__",
       [](Stream const& s, nb::handle other) -> nb::object {
-        if (!nb::isinstance<Stream>(other)) { return nb::borrow(Py_NotImplemented); }
+        if (!nb::isinstance<Stream>(other) || !nb::inst_ready(other)) {
+          return nb::borrow(Py_NotImplemented);
+        }
         return nb::bool_(s.handle == nb::inst_ptr<Stream>(other)->handle);
       },
       nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"))
