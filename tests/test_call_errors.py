@@ -449,8 +449,10 @@ class Forgetful(nbrmm.mr.DeviceMemoryResource):
         (lambda: nbrmm.CudaStreamPool.__new__(nbrmm.CudaStreamPool).get_stream(),
          f"CudaStreamPool.get_stream(): called on an nbrmm.CudaStreamPool {NOT_INITIALIZED}"),
         (lambda: uninitialized(nbrmm.mr.CudaMemoryResource).__nbrmm_resource__(),
-         "DeviceMemoryResource.__nbrmm_resource__(): called on an nbrmm.mr.CudaMemoryResource "
+         "CudaMemoryResource.__nbrmm_resource__(): called on an nbrmm.mr.CudaMemoryResource "
          f"{NOT_INITIALIZED}"),
+        (lambda: Forgetful().device,
+         f"Forgetful.device: read from an {__name__}.Forgetful {NOT_INITIALIZED}"),
         (lambda: uninitialized(nbrmm.Buffer).__dlpack__(),
          f"Buffer.__dlpack__(): called on an nbrmm.Buffer {NOT_INITIALIZED}"),
         (lambda: uninitialized(nbrmm.Stream).synchronize(),
@@ -465,6 +467,36 @@ def test_an_uninitialized_argument_is_named(call, message):
     with pytest.raises(TypeError) as info:
         call()
     assert str(info.value) == message
+
+
+def _properties() -> list[Any]:
+    """(class, name) of every property of the extension's public classes."""
+    found = []
+    for name in dir(_nbrmm):
+        cls = getattr(_nbrmm, name)
+        if name.startswith("_") or not isinstance(cls, type) or issubclass(cls, enum.Enum):
+            continue
+        for attr, member in vars(cls).items():
+            public = not attr.startswith("_") or attr == "__cuda_array_interface__"
+            if isinstance(member, property) and public:
+                found.append(pytest.param(cls, attr, id=f"{cls.__name__}.{attr}"))
+    return found
+
+
+@pytest.mark.parametrize(("cls", "name"), _properties())
+def test_a_property_read_from_an_uninitialized_instance_says_so(cls, name):
+    """nbrmm's message, and no warning of the binding layer (warnings are errors here)."""
+    with pytest.raises(TypeError) as info:
+        getattr(uninitialized(cls), name)
+    message = check(info.value)
+    assert message.startswith(f"{cls.__name__}.{name}: read from an "), message
+    assert message.endswith(NOT_INITIALIZED), message
+
+
+def test_the_property_walk_is_not_empty():
+    names = {p.id for p in _properties()}
+    assert {"Buffer.size", "DeviceMemoryResource.device", "Stream.handle",
+            "UpstreamResourceAdaptor.upstream_mr", "Buffer.__cuda_array_interface__"} <= names
 
 
 @pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")

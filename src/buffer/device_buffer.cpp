@@ -395,7 +395,7 @@ nb::object buffer_from(nb::handle cls, void const* src, std::size_t n, nb::handl
 /// buffer's own resource and stream, as rmm's copy() does).
 nb::object copy_of(nb::handle py_self, nb::handle mr, nb::handle stream)
 {
-  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "Buffer.copy()"); }
+  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "copy"); }
   Buffer& self = buffer_of(py_self);
   buffer_reader reader{self, "copy"};
   auto& b = reader.memory();
@@ -603,7 +603,7 @@ nb::object export_token(nb::handle py_self)
 
 nb::object dlpack(nb::handle_t<Buffer> py_self, nb::handle stream, nb::kwargs kwargs)
 {
-  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "Buffer.__dlpack__()"); }
+  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "__dlpack__"); }
   Buffer& self = buffer_of(py_self);
   auto& b      = self.get("__dlpack__");
   order_for_consumer(self, stream);
@@ -743,11 +743,13 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
        nb::arg("stream").none() = default_stream_arg(), nb::arg("alignment") = default_alignment,
        nb::sig("def __init__(self, nbytes: int | str = 0, *, mr: DeviceMemoryResource | None = "
                "None, stream: nbrmm._typing.CudaStreamLike = ..., alignment: int = 256) -> None"))
-    .def_prop_ro("ptr", &ptr_of, "The device pointer as an int.")
+    .def_prop_ro("ptr", getter<Buffer>("ptr", &ptr_of), "The device pointer as an int.")
     .def_prop_ro(
-      "size", [](Buffer& self) { return self.get("size").size(); }, "Size in bytes.")
+      "size", getter<Buffer>("size", [](Buffer& self) { return self.get("size").size(); }),
+      "Size in bytes.")
     .def_prop_ro(
-      "nbytes", [](Buffer& self) { return self.get("nbytes").size(); }, "Size in bytes.")
+      "nbytes", getter<Buffer>("nbytes", [](Buffer& self) { return self.get("nbytes").size(); }),
+      "Size in bytes.")
     .def(
       "__len__", [](Buffer& self) { return self.get("len").size(); },
       "Size in bytes (as ``size``).")
@@ -756,20 +758,25 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
       "capacity", [](Buffer& self) { return self.get("capacity").capacity(); },
       "Allocated capacity in bytes (at least ``size``).")
     .def_prop_ro(
-      "mr", [](Buffer& self) { return self.mr.is_valid() ? self.mr : nb::none(); },
+      "mr",
+      getter<Buffer>("mr", [](Buffer& self) { return self.mr.is_valid() ? self.mr : nb::none(); }),
       nb::for_getter(nb::sig("def mr(self, /) -> DeviceMemoryResource")),
       "The resource object that allocated the memory and will free it.")
     .def_prop_ro(
-      "stream", [](Buffer& self) { return self.stream.is_valid() ? self.stream : nb::none(); },
+      "stream",
+      getter<Buffer>("stream",
+                     [](Buffer& self) { return self.stream.is_valid() ? self.stream : nb::none(); }),
       nb::for_getter(nb::sig("def stream(self, /) -> Stream")),
       "The stream the buffer's memory is ordered on.")
     .def_prop_ro(
-      "device", [](Buffer& self) { return self.device; }, "The device the memory lives on.")
+      "device", getter<Buffer>("device", [](Buffer& self) { return self.device; }),
+      "The device the memory lives on.")
     .def_prop_ro(
-      "alignment", [](Buffer& self) { return self.get("alignment").alignment(); },
+      "alignment",
+      getter<Buffer>("alignment", [](Buffer& self) { return self.get("alignment").alignment(); }),
       "The alignment the memory was allocated with (the pointer is a multiple of it).")
     .def_prop_ro(
-      "closed", [](Buffer& self) { return !self.mem.has_value(); },
+      "closed", getter<Buffer>("closed", [](Buffer& self) { return !self.mem.has_value(); }),
       "Whether :meth:`close` has freed the memory.")
     .def(
       "reserve",
@@ -930,7 +937,8 @@ BufferError
       nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
               "exc_value: BaseException | None, traceback: types.TracebackType | None) -> None"),
       "Close the buffer (see :meth:`close`).")
-    .def_prop_ro("__cuda_array_interface__", &cuda_array_interface,
+    .def_prop_ro("__cuda_array_interface__",
+                 getter<Buffer>("__cuda_array_interface__", &cuda_array_interface),
                  nb::for_getter(nb::sig(
                    "def __cuda_array_interface__(self, /) -> nbrmm._typing.CudaArrayInterface")),
                  "CUDA array interface (version 3): a 1-D ``uint8`` array with its stream.")

@@ -87,11 +87,11 @@ std::string utf8(nb::handle obj)
   return out;
 }
 
-void throw_not_initialized(nb::handle self, char const* title)
+void throw_not_initialized(nb::handle self, char const* member, bool property)
 {
-  throw nb::type_error((std::string{title} + ": called on an " + utf8(nb::type_name(self.type())) +
-                        not_initialized_note)
-                         .c_str());
+  std::string const title = utf8(self.type().attr("__qualname__")) + "." + member +
+                            (property ? ": read from an " : "(): called on an ");
+  throw nb::type_error((title + utf8(nb::type_name(self.type())) + not_initialized_note).c_str());
 }
 
 std::string type_of(nb::handle obj, nb::handle expected)

@@ -28,9 +28,22 @@ inline constexpr char not_initialized_note[] =
   " that is not initialized (its __init__ did not run; a subclass's __init__ must call "
   "super().__init__())";
 
-/// Raises the TypeError for a method `title` ("CudaStreamPool.get_stream()") called on
-/// `self`, an instance whose `__init__` never ran.
-[[noreturn]] void throw_not_initialized(nb::handle self, char const* title);
+/// Raises the TypeError for the method (or, with `property`, the property) `member` of
+/// `self`, an instance whose `__init__` never ran: "CudaStreamPool.get_stream(): called on
+/// an nbrmm.CudaStreamPool that is not initialized (...)".
+[[noreturn]] void throw_not_initialized(nb::handle self, char const* member, bool property = false);
+
+/// The getter of the property `name` of class `T`: `get(self)` on the C++ object, and the
+/// TypeError of `throw_not_initialized` for an instance whose `__init__` never ran (which
+/// nanobind would refuse with a warning and a message of its own).
+template <class T, class Get>
+auto getter(char const* name, Get get)
+{
+  return [name, get](nb::handle_t<T> self) {
+    if (!nb::inst_ready(self)) { throw_not_initialized(self, name, true); }
+    return get(*nb::inst_ptr<T>(self));
+  };
+}
 
 /// What `obj` is, for messages "expected ..., got <this>": None, the name of its type (with
 /// `not_initialized_note` for an uninitialized nbrmm instance), or, for a class, "the class

@@ -59,15 +59,18 @@ alignment_threshold : int or str, optional
               "alignment_threshold: int | str = 0) -> None"))
     .def_prop_ro(
       "alignment",
-      [](AlignedResourceAdaptor& self) {
-        return resource_as<aligned_adaptor>(self).get().get_alignment();
-      },
+      getter<AlignedResourceAdaptor>("alignment",
+                                     [](AlignedResourceAdaptor& self) {
+                                       return resource_as<aligned_adaptor>(self).get().get_alignment();
+                                     }),
       "The alignment in bytes (at least 256).")
     .def_prop_ro(
       "alignment_threshold",
-      [](AlignedResourceAdaptor& self) {
-        return resource_as<aligned_adaptor>(self).get().get_alignment_threshold();
-      },
+      getter<AlignedResourceAdaptor>(
+        "alignment_threshold",
+        [](AlignedResourceAdaptor& self) {
+          return resource_as<aligned_adaptor>(self).get().get_alignment_threshold();
+        }),
       "The size from which allocations are aligned.");
   register_adaptor_wrapper<AlignedResourceAdaptor, aligned_adaptor>();
 }

@@ -128,9 +128,7 @@ allocations.)doc")
       "add_bin",
       [](nb::handle_t<BinningMemoryResource> py_self, nb::handle allocation_size,
          nb::handle bin_resource) {
-        if (!nb::inst_ready(py_self)) {
-          throw_not_initialized(py_self, "BinningMemoryResource.add_bin()");
-        }
+        if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "add_bin"); }
         auto& self             = *nb::inst_ptr<BinningMemoryResource>(py_self);
         std::size_t const size = parse_size(allocation_size, "allocation_size");
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }
@@ -186,9 +184,11 @@ bin_resource : DeviceMemoryResource, optional
     resource replaces nothing: the first one stays.)doc")
     .def_prop_ro(
       "bin_mrs",
-      [](BinningMemoryResource const& self) {
-        return nb::steal<nb::list>(PySequence_List(bins_of(self).ptr()));
-      },
+      getter<BinningMemoryResource>("bin_mrs",
+                                    [](BinningMemoryResource const& self) {
+                                      return nb::steal<nb::list>(
+                                        PySequence_List(bins_of(self).ptr()));
+                                    }),
       nb::for_getter(nb::sig("def bin_mrs(self, /) -> list[DeviceMemoryResource]")),
       "The resources given to :meth:`add_bin`, in order (a new list).");
 

@@ -59,19 +59,23 @@ GIL held. The memory is treated as device-accessible.)doc")
               "deallocate_func: collections.abc.Callable[[int, int, Stream], None]) -> None"))
     .def_prop_ro(
       "allocate_func",
-      [](CallbackMemoryResource& self) {
-        auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
-        return nb::borrow(py->callbacks().allocate.get());
-      },
+      getter<CallbackMemoryResource>("allocate_func",
+                                     [](CallbackMemoryResource& self) {
+                                       auto const* py =
+                                         cuda::mr::resource_cast<python_resource>(&self.get());
+                                       return nb::borrow(py->callbacks().allocate.get());
+                                     }),
       nb::for_getter(nb::sig(
         "def allocate_func(self, /) -> collections.abc.Callable[[int, Stream], int]")),
       "The allocation callable.")
     .def_prop_ro(
       "deallocate_func",
-      [](CallbackMemoryResource& self) {
-        auto const* py = cuda::mr::resource_cast<python_resource>(&self.get());
-        return nb::borrow(py->callbacks().deallocate.get());
-      },
+      getter<CallbackMemoryResource>("deallocate_func",
+                                     [](CallbackMemoryResource& self) {
+                                       auto const* py =
+                                         cuda::mr::resource_cast<python_resource>(&self.get());
+                                       return nb::borrow(py->callbacks().deallocate.get());
+                                     }),
       nb::for_getter(nb::sig(
         "def deallocate_func(self, /) -> collections.abc.Callable[[int, int, Stream], None]")),
       "The deallocation callable.");

@@ -103,11 +103,13 @@ The callable is owned by the C++ resource and every C++ copy of it, so it stays 
               "callback: collections.abc.Callable[[int], bool]) -> None"))
     .def_prop_ro(
       "callback",
-      [](FailureCallbackResourceAdaptor& self) -> nb::object {
-        auto const* holder = holder_of(self);
-        if (holder == nullptr) { return nb::none(); }
-        return nb::borrow(holder->extra()->get());
-      },
+      getter<FailureCallbackResourceAdaptor>(
+        "callback",
+        [](FailureCallbackResourceAdaptor& self) -> nb::object {
+          auto const* holder = holder_of(self);
+          if (holder == nullptr) { return nb::none(); }
+          return nb::borrow(holder->extra()->get());
+        }),
       nb::for_getter(nb::sig("def callback(self, /) -> collections.abc.Callable[[int], bool] | None")),
       "The callback (None for an adaptor made by C++ code).");
 

@@ -339,13 +339,17 @@ ValueError
     already freed, or allocated by another resource), or ``nbytes`` or ``alignment``
     differ from the allocation's.)doc")
     .def_prop_ro(
-      "device", [](DeviceMemoryResource const& self) { return self.device; },
+      "device",
+      getter<DeviceMemoryResource>("device", [](DeviceMemoryResource const& self) { return self.device; }),
       "The CUDA device that was current when the resource was created (-1 without a GPU).")
     .def_prop_ro(
-      "is_device_accessible", [](DeviceMemoryResource const&) { return true; },
+      "is_device_accessible",
+      getter<DeviceMemoryResource>("is_device_accessible", [](DeviceMemoryResource const&) { return true; }),
       "Whether the memory can be used by the device (always True).")
     .def_prop_ro(
-      "is_host_accessible", [](DeviceMemoryResource const& self) { return self.host_accessible; },
+      "is_host_accessible",
+      getter<DeviceMemoryResource>("is_host_accessible",
+                                   [](DeviceMemoryResource const& self) { return self.host_accessible; }),
       "Whether the memory can be read and written by the host.")
     .def(
       "__eq__",
@@ -362,9 +366,7 @@ ValueError
     .def(
       "__nbrmm_resource__",
       [](nb::handle_t<DeviceMemoryResource> self) {
-        if (!nb::inst_ready(self)) {
-          throw_not_initialized(self, "DeviceMemoryResource.__nbrmm_resource__()");
-        }
+        if (!nb::inst_ready(self)) { throw_not_initialized(self, "__nbrmm_resource__"); }
         auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
         // A resource C++ made goes back exactly as C++ made it (C++ can resource_cast it).
         // Any other copy carries this object, so a buffer that C++ allocates from it and
@@ -440,9 +442,10 @@ The adaptor owns a C++ copy of its upstream (so C++ keeps the upstream alive) an
 keeps the Python upstream object, returned as ``upstream_mr``.)doc")
     .def_prop_ro(
       "upstream_mr",
-      [](UpstreamResourceAdaptor const& self) {
-        return self.upstream.is_valid() ? self.upstream : nb::none();
-      },
+      getter<UpstreamResourceAdaptor>("upstream_mr",
+                                      [](UpstreamResourceAdaptor const& self) {
+                                        return self.upstream.is_valid() ? self.upstream : nb::none();
+                                      }),
       nb::for_getter(nb::sig("def upstream_mr(self, /) -> DeviceMemoryResource | None")),
       "The upstream resource object this adaptor was created with.")
     .def(

@@ -64,10 +64,12 @@ upstream_mr : DeviceMemoryResource
       nb::arg("upstream_mr"), nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource) -> None"))
     .def_prop_ro(
       "allocation_counts",
-      [](StatisticsResourceAdaptor& self) {
-        auto& s = resource_as<statistics_adaptor>(self);
-        return to_statistics(s.get_bytes_counter(), s.get_allocations_counter());
-      },
+      getter<StatisticsResourceAdaptor>("allocation_counts",
+                                        [](StatisticsResourceAdaptor& self) {
+                                          auto& s = resource_as<statistics_adaptor>(self);
+                                          return to_statistics(s.get_bytes_counter(),
+                                                               s.get_allocations_counter());
+                                        }),
       nb::for_getter(nb::sig("def allocation_counts(self, /) -> nbrmm.statistics.Statistics")),
       R"doc(The counters of the current frame, as an ``nbrmm.statistics.Statistics``.)doc")
     .def(

@@ -291,9 +291,11 @@ nbrmm.CudaError
       [](Stream const& s) { return s.handle == cudaStreamPerThread; },
       "Whether this is the per-thread default stream.")
     .def_prop_ro(
-      "handle", [](Stream const& s) { return handle_int(s); }, "The raw ``cudaStream_t`` as an int.")
+      "handle", getter<Stream>("handle", [](Stream const& s) { return handle_int(s); }),
+      "The raw ``cudaStream_t`` as an int.")
     .def_prop_ro(
-      "owner", [](Stream const& s) { return s.owner.is_valid() ? s.owner : nb::none(); },
+      "owner",
+      getter<Stream>("owner", [](Stream const& s) { return s.owner.is_valid() ? s.owner : nb::none(); }),
       nb::for_getter(nb::sig("def owner(self, /) -> nbrmm._typing.CudaStreamLike | None")),
       "The wrapped Python object, or None when this Stream was not made from one.")
     .def(
@@ -328,6 +330,8 @@ nbrmm.CudaError
   // Stream past the interpreter.
   default_stream_obj = constant("DEFAULT_STREAM", default_stream_handle).ptr();
   static PyObject* weak_default = nullptr;  // kept for good: it must outlive DEFAULT_STREAM
+  // Its callback is a plain C function: the weak reference keeps it for good, and nanobind
+  // reports a function of its own that outlives the interpreter as leaked.
   static PyMethodDef forget_def = {
     "_forget_default_stream",
     [](PyObject*, PyObject* ref) -> PyObject* {

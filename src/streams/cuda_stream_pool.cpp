@@ -63,7 +63,7 @@ flags : CudaStreamFlags, optional
     .def(
       "get_stream",
       [](nb::handle_t<CudaStreamPool> self, nb::handle stream_id) {
-        if (!nb::inst_ready(self)) { throw_not_initialized(self, "CudaStreamPool.get_stream()"); }
+        if (!nb::inst_ready(self)) { throw_not_initialized(self, "get_stream"); }
         auto& pool = *nb::inst_ptr<CudaStreamPool>(self)->pool;
         if (stream_id.is_none()) { return pool_stream(self, pool.get_stream()); }
         // librmm wraps the id around the pool size: any non-negative id is valid.
