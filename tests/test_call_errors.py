@@ -512,6 +512,152 @@ def test_an_uninitialized_instance_is_no_value():
     assert str(info.value).endswith(f"got nbrmm.Buffer {NOT_INITIALIZED}")
 
 
+@pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")
+@pytest.mark.parametrize(
+    ("call", "method"),
+    [
+        (lambda b: len(b), "Buffer.__len__()"),
+        (lambda b: bytes(b), "Buffer.__bytes__()"),
+        (lambda b: b.__sizeof__(), "Buffer.__sizeof__()"),
+        (lambda b: b.__dlpack_device__(), "Buffer.__dlpack_device__()"),
+        (lambda b: b.__deepcopy__({}), "Buffer.copy()"),
+        (lambda b: b.__enter__(), "Buffer.__enter__()"),
+    ],
+)
+def test_special_methods_of_an_uninitialized_buffer_say_so(call, method):
+    with pytest.raises(TypeError) as info:
+        call(uninitialized(nbrmm.Buffer))
+    assert str(info.value) == f"{method}: called on an nbrmm.Buffer {NOT_INITIALIZED}"
+
+
+@pytest.mark.filterwarnings("ignore:nanobind. attempted to access an uninitialized instance")
+def test_special_methods_of_other_uninitialized_objects_say_so():
+    stream = uninitialized(nbrmm.Stream)
+    assert repr(stream) == "<nbrmm.Stream (not initialized)>"
+    for call, method in ((hash, "Stream.__hash__()"),
+                         (lambda s: s.__cuda_stream__(), "Stream.__cuda_stream__()")):
+        with pytest.raises(TypeError) as info:
+            call(stream)
+        assert str(info.value) == f"{method}: called on an nbrmm.Stream {NOT_INITIALIZED}"
+    with pytest.raises(TypeError) as info:
+        hash(Forgetful())
+    assert str(info.value) == (f"Forgetful.__hash__(): called on an {__name__}.Forgetful "
+                               f"{NOT_INITIALIZED}")
+    with pytest.raises(TypeError) as info:
+        memoryview(uninitialized(nbrmm.Buffer))
+    assert str(info.value) == f"the buffer protocol: got an nbrmm.Buffer {NOT_INITIALIZED}"
+    # Comparisons still answer NotImplemented, so == falls back to identity.
+    assert nbrmm.DEFAULT_STREAM != 5 and not nbrmm.DEFAULT_STREAM == "x"
+
+
+ALREADY_RUNNING = ("__init__: it is already running for this object (called again from a "
+                   "callback it runs, or from another thread); an object is initialized once")
+
+
+def test_init_called_again_from_a_callback_is_refused_and_leaks_nothing():
+    """A resource callback that re-initializes the object whose __init__ is allocating
+    would construct into the same storage; it is refused, and every byte comes back."""
+    heap = HostHeap()
+    inner: list[str] = []  # (messages: a traceback would keep the object alive)
+    being_made: list[Any] = []
+
+    def allocate(nbytes, stream):
+        if being_made and not inner:
+            try:
+                nbrmm.Buffer.__init__(being_made[0], 32, mr=heap.resource())
+            except TypeError as error:
+                inner.append(str(error))
+        return heap.allocate(nbytes, stream)
+
+    reentrant = nbrmm.mr.CallbackMemoryResource(allocate, heap.deallocate)
+
+    class Made(nbrmm.Buffer):
+        def __init__(self):
+            being_made.append(self)
+            super().__init__(16, mr=reentrant)
+
+    buffer = Made()
+    assert inner == [ALREADY_RUNNING]
+    assert buffer.size == 16
+    being_made.clear()
+    del buffer
+    assert heap.live == {}
+
+    # The same for a resource whose constructor allocates from a Python upstream.
+    inner.clear()
+
+    class Pool(nbrmm.mr.PoolMemoryResource):
+        def __init__(self):
+            being_made.append(self)
+            super().__init__(reentrant, initial_pool_size=1 << 16)
+
+    def allocate_pool(nbytes, stream):
+        if being_made and not inner:
+            try:
+                nbrmm.mr.PoolMemoryResource.__init__(being_made[0], heap.resource(), 1 << 16)
+            except TypeError as error:
+                inner.append(str(error))
+        return heap.allocate(nbytes, stream)
+
+    reentrant = nbrmm.mr.CallbackMemoryResource(allocate_pool, heap.deallocate)
+    pool = Pool()
+    assert inner == [ALREADY_RUNNING]
+    being_made.clear()
+    del pool
+    assert heap.live == {}
+
+
+def test_init_called_from_another_thread_while_it_runs_is_refused():
+    import threading
+
+    heap = HostHeap()
+    entered, release = threading.Event(), threading.Event()
+
+    def allocate(nbytes, stream):
+        entered.set()
+        release.wait(10)  # (waits without the GIL)
+        return heap.allocate(nbytes, stream)
+
+    slow = nbrmm.mr.CallbackMemoryResource(allocate, heap.deallocate)
+    buffer = nbrmm.Buffer.__new__(nbrmm.Buffer)
+    worker = threading.Thread(target=nbrmm.Buffer.__init__, args=(buffer, 8), kwargs={"mr": slow})
+    worker.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(TypeError) as info:
+            nbrmm.Buffer.__init__(buffer, 16, mr=heap.resource())
+        assert str(info.value) == ALREADY_RUNNING
+    finally:
+        release.set()
+        worker.join()
+    assert buffer.size == 8
+    del buffer
+    assert heap.live == {}
+
+
+def test_a_refused_call_late_at_exit_still_raises_type_error(tmp_path):
+    """The catch-all's message module may be gone with the import system at exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import nbrmm\n"
+        "class Late:\n"
+        "    def __del__(self):\n"
+        "        try:\n"
+        "            nbrmm.Buffer.close(5)\n"
+        "        except Exception as error:\n"
+        "            print(type(error).__name__, error)\n"
+        "late = Late()\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("TypeError "), done.stdout + done.stderr
+    assert "ImportError" not in done.stdout + done.stderr
+
+
 # -- Examples and conversions ---------------------------------------------------------------
 
 

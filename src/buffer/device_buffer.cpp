@@ -618,6 +618,12 @@ nb::object dlpack(nb::handle_t<Buffer> py_self, nb::handle stream, nb::kwargs kw
 
 int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
 {
+  if (!nb::inst_ready(self)) {
+    std::string const text = "the buffer protocol: got an " +
+                             utf8(nb::type_name(nb::handle{self}.type())) + not_initialized_note;
+    PyErr_SetString(PyExc_TypeError, text.c_str());
+    return -1;
+  }
   Buffer* b = nb::inst_ptr<Buffer>(self);
   if (!b->mem.has_value()) {
     PyErr_SetString(PyExc_ValueError, "the buffer is closed");
@@ -737,6 +743,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
   cls.def(
        "__init__",
        [](Buffer* self, nb::handle nbytes, nb::handle mr, nb::handle stream, nb::handle alignment) {
+         init_guard const guard{self};
          construct(self, parse_buffer_args(nbytes, "nbytes", mr, stream, alignment));
        },
        nb::arg("nbytes") = 0, nb::kw_only(), nb::arg("mr") = nb::none(),
@@ -925,7 +932,11 @@ BufferError
     While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
     alive) or in use by another thread.)doc")
     .def(
-      "__enter__", [](nb::handle_t<Buffer> self) { return nb::borrow(self); },
+      "__enter__",
+      [](nb::handle_t<Buffer> self) {
+        if (!nb::inst_ready(self)) { throw_not_initialized(self, "__enter__"); }
+        return nb::borrow(self);
+      },
       nb::sig("def __enter__(self) -> typing.Self"),
       "The buffer itself; leaving the ``with`` block closes it.")
     .def(
@@ -1034,6 +1045,7 @@ mr : DeviceMemoryResource, optional
     .def(
       "__init__",
       [](DeviceBuffer* self, nb::handle ptr, nb::handle size, nb::handle stream, nb::handle mr) {
+        init_guard const guard{self};
         auto const src = static_cast<std::uintptr_t>(uint_arg(ptr, "ptr"));
         construct(self, parse_buffer_args(size, "size", mr, stream, nb::handle{}),
                   reinterpret_cast<void const*>(src));

@@ -1,6 +1,8 @@
 // Arguments given from Python (see args.hpp).
 #include "core/args.hpp"
 
+#include <vector>
+
 #include "core/rmm_compat.hpp"
 
 #include <rmm/aligned.hpp>
@@ -85,6 +87,31 @@ std::string utf8(nb::handle obj)
   std::string out{PyBytes_AsString(bytes), static_cast<std::size_t>(PyBytes_Size(bytes))};
   Py_DECREF(bytes);
   return out;
+}
+
+namespace {
+std::vector<void const*>& initializing()
+{
+  static auto* storages = new std::vector<void const*>{};  // never destroyed: used at exit
+  return *storages;
+}
+}  // namespace
+
+init_guard::init_guard(void const* storage) : storage_{storage}
+{
+  auto& running = initializing();
+  if (std::find(running.begin(), running.end(), storage) != running.end()) {
+    throw nb::type_error(
+      "__init__: it is already running for this object (called again from a callback it "
+      "runs, or from another thread); an object is initialized once");
+  }
+  running.push_back(storage);
+}
+
+init_guard::~init_guard()
+{
+  auto& running = initializing();
+  running.erase(std::find(running.begin(), running.end(), storage_));
 }
 
 void throw_not_initialized(nb::handle self, char const* member, bool property)

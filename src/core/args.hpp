@@ -33,6 +33,21 @@ inline constexpr char not_initialized_note[] =
 /// an nbrmm.CudaStreamPool that is not initialized (...)".
 [[noreturn]] void throw_not_initialized(nb::handle self, char const* member, bool property = false);
 
+/// Held by every `__init__` while it runs: a second `__init__` of the same object, called
+/// from a callback the first one runs or from another thread while the first waits without
+/// the GIL, would construct into the same storage; it raises TypeError instead. (Only used
+/// with the GIL held.)
+class init_guard {
+ public:
+  explicit init_guard(void const* storage);
+  init_guard(init_guard const&)            = delete;
+  init_guard& operator=(init_guard const&) = delete;
+  ~init_guard();
+
+ private:
+  void const* storage_;
+};
+
 /// The getter of the property `name` of class `T`: `get(self)` on the C++ object, and the
 /// TypeError of `throw_not_initialized` for an instance whose `__init__` never ran (which
 /// nanobind would refuse with a warning and a message of its own).

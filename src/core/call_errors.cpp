@@ -3,7 +3,8 @@
 //
 // nanobind raises its own message when no overload of a function accepts a call, and
 // offers no hook for it. So every public function of the module, and every public method,
-// static method and `__init__` of its public classes, gets one more overload, added here
+// static method and special method (but the comparisons) of its public classes, `__init__`
+// included, gets one more overload, added here
 // once every binding is made: a catch-all that takes any arguments and raises the
 // TypeError that `nbrmm._call_errors` writes from the first overload's signature (a
 // missing or unexpected argument, None where it is not allowed, a wrong type or a class
@@ -70,6 +71,19 @@ char const* kind_name(callable_kind kind)
   }
 }
 
+/// `nbrmm._call_errors`: as imported before, when it was (interpreter exit takes the import
+/// system away before the modules), else imported now; null when neither can be had.
+nb::object call_errors_module()
+{
+  PyObject* module = PyImport_GetModule(nb::str("nbrmm._call_errors").ptr());
+  if (module == nullptr) {
+    PyErr_Clear();
+    module = PyImport_ImportModule("nbrmm._call_errors");
+    if (module == nullptr) { PyErr_Clear(); }
+  }
+  return nb::steal(module);
+}
+
 /// Adds the catch-all overload to `scope.name`, a nanobind function (see the top).
 void add_catch_all(nb::handle scope, std::string const& name, callable_kind kind,
                    std::string const& note)
@@ -94,9 +108,12 @@ void add_catch_all(nb::handle scope, std::string const& name, callable_kind kind
     };
     for (nb::handle value : args) { note_unready(value); }
     for (auto [key, value] : kwargs) { note_unready(value); }
+    nb::object const module = call_errors_module();
+    if (!module.is_valid()) {  // late at interpreter exit: no import system, no module
+      throw nb::type_error((name + ": the arguments do not match its parameters").c_str());
+    }
     nb::object const message =
-      nb::module_::import_("nbrmm._call_errors")
-        .attr("call_error")(scope, name, kind_text, args, kwargs, ready, unready);
+      module.attr("call_error")(scope, name, kind_text, args, kwargs, ready, unready);
     throw nb::type_error(utf8(message).c_str());
   };
   // A method's `self` is the first of `args` (nanobind gives it no annotation).
@@ -122,6 +139,20 @@ bool is_function(nb::handle obj)
 bool is_method(nb::handle obj) { return nb::hasattr(obj.type(), "__get__"); }
 
 bool is_public(std::string const& name) { return name.empty() || name[0] != '_'; }
+
+/// Whether a class's method gets the catch-all: a public one, `__init__`, and the other
+/// special methods (an uninitialized `self` is refused by them too) except the
+/// comparisons, whose refusal is NotImplemented (Python then tries the other operand).
+bool gets_catch_all(std::string const& name)
+{
+  if (is_public(name)) { return true; }
+  bool const special = name.size() > 4 && name.rfind("__", 0) == 0 &&
+                       name.compare(name.size() - 2, 2, "__") == 0;
+  for (char const* comparison : {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}) {
+    if (name == comparison) { return false; }
+  }
+  return special;
+}
 
 }  // namespace
 
@@ -149,7 +180,7 @@ void add_call_errors(nb::module_& m)
     if (PyDict_Update(members.ptr(), value.attr("__dict__").ptr()) != 0) { throw nb::python_error(); }
     for (auto [attr, member] : members) {
       std::string const member_name = nb::cast<std::string>(attr);
-      if (!(is_public(member_name) || member_name == "__init__") || !is_function(member)) {
+      if (!gets_catch_all(member_name) || !is_function(member)) {
         continue;
       }
       (is_method(member) ? methods : static_methods).emplace_back(nb::borrow(value), member_name);

@@ -64,6 +64,7 @@ nb::class_<Py, DeviceMemoryResource> bind_plain_resource(nb::handle scope,
   cls.def(
     "__init__",
     [name](Py* self) {
+      init_guard const guard{self};
       if constexpr (NeedsGpu) { require_gpu(name); }
       int const device = current_device();
       init_resource(self, device_resource{Cpp{}}, device, HostAccessible);

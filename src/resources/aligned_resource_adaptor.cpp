@@ -39,6 +39,7 @@ alignment_threshold : int or str, optional
       "__init__",
       [](AlignedResourceAdaptor* self, nb::handle upstream_mr, nb::handle alignment,
          nb::handle alignment_threshold) {
+        init_guard const guard{self};
         std::size_t const align     = parse_size(alignment, "alignment");
         std::size_t const threshold = parse_size(alignment_threshold, "alignment_threshold");
         if (align == 0 || !rmm::is_pow2(align)) {

@@ -48,6 +48,7 @@ arena does not expose it (``upstream_mr`` is then None).)doc")
       "__init__",
       [](ArenaMemoryResource* self, nb::handle upstream_mr, nb::handle arena_size,
          nb::handle dump_log_on_failure) {
+        init_guard const guard{self};
         auto const size = parse_optional_size(arena_size, "arena_size");
         if (size && (*size < minimum_arena_size || *size > maximum_arena_size)) {
           throw nb::value_error(("arena_size: must be between 1 MiB and 1 TiB, got " +

@@ -85,6 +85,7 @@ allocations.)doc")
       "__init__",
       [](BinningMemoryResource* self, nb::handle upstream_mr, nb::handle min_exponent_arg,
          nb::handle max_exponent_arg) {
+        init_guard const guard{self};
         int const min_size_exponent = int_arg(min_exponent_arg, "min_size_exponent", "an exponent");
         int const max_size_exponent = int_arg(max_exponent_arg, "max_size_exponent", "an exponent");
         bool const none = min_size_exponent == -1 && max_size_exponent == -1;

@@ -44,6 +44,7 @@ GIL held. The memory is treated as device-accessible.)doc")
     .def(
       "__init__",
       [](CallbackMemoryResource* self, nb::handle allocate_func, nb::handle deallocate_func) {
+        init_guard const guard{self};
         require_callable(allocate_func, "allocate_func");
         require_callable(deallocate_func, "deallocate_func");
         python_resource py{allocate_func, deallocate_func, "allocate_func"};

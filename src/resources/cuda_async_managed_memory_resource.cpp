@@ -27,6 +27,7 @@ the constructor raises ``nbrmm.LogicError`` otherwise. The memory is host-access
     .def(
       "__init__",
       [](CudaAsyncManagedMemoryResource* self) {
+        init_guard const guard{self};
         require_gpu("CudaAsyncManagedMemoryResource");
         int const device = current_device();
         init_resource(self, make_resource([] { return async_managed{}; }, true), device, true);

@@ -46,6 +46,7 @@ nbrmm.LogicError
       "__init__",
       [](CudaAsyncMemoryResource* self, nb::handle initial_pool_size, nb::handle release_threshold,
          nb::handle enable_ipc, nb::handle enable_fabric) {
+        init_guard const guard{self};
         auto const initial   = parse_optional_size(initial_pool_size, "initial_pool_size");
         auto const threshold = parse_optional_size(release_threshold, "release_threshold");
         bool const ipc       = bool_arg(enable_ipc, "enable_ipc");

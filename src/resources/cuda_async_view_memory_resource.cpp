@@ -101,6 +101,7 @@ pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
     .def(
       "__init__",
       [](CudaAsyncViewMemoryResource* self, nb::handle pool_handle) {
+        init_guard const guard{self};
         int const device = current_device();
         nb::object owner;
         cudaMemPool_t pool = pool_arg(pool_handle, owner, device);

@@ -17,6 +17,7 @@ Every allocation synchronizes the device; prefer a pool or arena for speed.)doc"
     .def(
       "__init__",
       [](CudaMemoryResource* self) {
+        init_guard const guard{self};
         new (self) CudaMemoryResource{};
         self->device = current_device();
         self->res    = device_resource{rmm::mr::cuda_memory_resource{}};

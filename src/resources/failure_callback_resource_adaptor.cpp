@@ -83,6 +83,7 @@ The callable is owned by the C++ resource and every C++ copy of it, so it stays 
     .def(
       "__init__",
       [](FailureCallbackResourceAdaptor* self, nb::handle upstream_mr, nb::handle callback) {
+        init_guard const guard{self};
         if (!PyCallable_Check(callback.ptr())) {
           throw nb::type_error(("callback: expected a callable, got " +
                                 type_of(callback))

@@ -40,6 +40,7 @@ blocks_to_preallocate : int, optional
       "__init__",
       [](FixedSizeMemoryResource* self, nb::handle upstream_mr, nb::handle block_size,
          nb::handle blocks_to_preallocate) {
+        init_guard const guard{self};
         std::size_t const block = parse_size(block_size, "block_size");
         std::size_t const count = parse_size(blocks_to_preallocate, "blocks_to_preallocate");
         if (block == 0) { throw nb::value_error("block_size: must be positive"); }

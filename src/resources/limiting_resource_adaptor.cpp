@@ -32,6 +32,7 @@ allocation_limit : int or str
     .def(
       "__init__",
       [](LimitingResourceAdaptor* self, nb::handle upstream_mr, nb::handle allocation_limit) {
+        init_guard const guard{self};
         std::size_t const limit = parse_size(allocation_limit, "allocation_limit");
         init_adaptor(self, upstream_mr, [&](device_resource up) {
           return limiting_adaptor{std::move(up), limit};

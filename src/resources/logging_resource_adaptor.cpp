@@ -81,6 +81,7 @@ nbrmm.FileOpenError
     .def(
       "__init__",
       [](LoggingResourceAdaptor* self, nb::handle upstream_mr, nb::handle log_file_name) {
+        init_guard const guard{self};
         resource_on_device(upstream_mr, "upstream_mr", current_device());  // the first parameter first
         std::string path = log_path(log_file_name, current_device());
         init_adaptor(self, upstream_mr, [&](device_resource up) {

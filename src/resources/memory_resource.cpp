@@ -246,6 +246,7 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
     .def(
       "__init__",
       [](DeviceMemoryResource* self) {
+        init_guard const guard{self};
         nb::handle py_self = nb::find(self);
         nb::handle cls     = nb::type<DeviceMemoryResource>();
         if (py_self.type().is(cls)) {
@@ -362,7 +363,11 @@ ValueError
       },
       nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"),
       "Whether both objects use the same underlying resource.")
-    .def("__hash__", [](nb::handle_t<DeviceMemoryResource> self) { return resource_identity(self); })
+    .def("__hash__",
+         [](nb::handle_t<DeviceMemoryResource> self) {
+           if (!nb::inst_ready(self)) { throw_not_initialized(self, "__hash__"); }
+           return resource_identity(self);
+         })
     .def(
       "__nbrmm_resource__",
       [](nb::handle_t<DeviceMemoryResource> self) {

@@ -61,6 +61,7 @@ MemoryError
       "__init__",
       [](PoolMemoryResource* self, nb::handle upstream_mr, nb::handle initial_pool_size,
          nb::handle maximum_pool_size) {
+        init_guard const guard{self};
         resource_on_device(upstream_mr, "upstream_mr", current_device());
         auto initial       = parse_optional_size(initial_pool_size, "initial_pool_size");
         auto const maximum = parse_optional_size(maximum_pool_size, "maximum_pool_size");

@@ -29,6 +29,7 @@ upstream_mr : DeviceMemoryResource
     .def(
       "__init__",
       [](PrefetchResourceAdaptor* self, nb::handle upstream_mr) {
+        init_guard const guard{self};
         init_adaptor(self, upstream_mr,
                      [](device_resource up) { return prefetch_adaptor{std::move(up)}; });
       },

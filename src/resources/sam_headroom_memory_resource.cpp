@@ -26,6 +26,7 @@ headroom : int or str
     .def(
       "__init__",
       [](SamHeadroomMemoryResource* self, nb::handle headroom) {
+        init_guard const guard{self};
         std::size_t const bytes = parse_size(headroom, "headroom");
         require_gpu("SamHeadroomMemoryResource");
         int const device        = current_device();

@@ -58,6 +58,7 @@ upstream_mr : DeviceMemoryResource
     .def(
       "__init__",
       [](StatisticsResourceAdaptor* self, nb::handle upstream_mr) {
+        init_guard const guard{self};
         init_adaptor(self, upstream_mr,
                      [](device_resource up) { return statistics_adaptor{std::move(up)}; });
       },

@@ -27,6 +27,7 @@ upstream_mr : DeviceMemoryResource
     .def(
       "__init__",
       [](ThreadSafeResourceAdaptor* self, nb::handle upstream_mr) {
+        init_guard const guard{self};
         init_adaptor(self, upstream_mr,
                      [](device_resource up) { return thread_safe_adaptor{std::move(up)}; });
       },

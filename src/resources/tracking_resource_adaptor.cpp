@@ -28,6 +28,7 @@ capture_stacks : bool, optional
     .def(
       "__init__",
       [](TrackingResourceAdaptor* self, nb::handle upstream_mr, nb::handle capture_stacks) {
+        init_guard const guard{self};
         bool const stacks = bool_arg(capture_stacks, "capture_stacks");
         init_adaptor(self, upstream_mr, [&](device_resource up) {
           return tracking_adaptor{std::move(up), stacks};

@@ -247,6 +247,7 @@ nbrmm.CudaError
   cls.def(
        "__init__",
        [](Stream* self, nb::handle obj, nb::handle flags) {
+         init_guard const guard{self};
          if (obj.is_none()) {
            auto const f = stream_flags_arg(flags, "flags");
            std::shared_ptr<rmm::cuda_stream> owned;
@@ -308,7 +309,9 @@ nbrmm.CudaError
       },
       nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"))
     .def("__hash__", [](Stream const& s) { return std::hash<std::uintptr_t>{}(handle_int(s)); })
-    .def("__repr__", [](Stream const& s) {
+    .def("__repr__", [](nb::handle_t<Stream> self) {
+      if (!nb::inst_ready(self)) { return std::string{"<nbrmm.Stream (not initialized)>"}; }
+      Stream const& s = *nb::inst_ptr<Stream>(self);
       return "<nbrmm.Stream handle=0x" + [&] {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(handle_int(s)));

@@ -43,6 +43,7 @@ flags : CudaStreamFlags, optional
     .def(
       "__init__",
       [](CudaStreamPool* self, nb::handle pool_size_arg, nb::handle flags_arg) {
+        init_guard const guard{self};
         auto const pool_size = static_cast<std::size_t>(uint_arg(pool_size_arg, "pool_size"));
         auto const flags     = stream_flags_arg(flags_arg, "flags");
         if (pool_size == 0) { throw_invalid_argument("pool_size: must be positive"); }
