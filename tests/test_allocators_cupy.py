@@ -232,6 +232,8 @@ def test_factory_rejects_bad_arguments(api):
         hook.cupy_allocator(stream="default")
     with pytest.raises(TypeError, match="^stream:"):
         hook.CupyAllocator(stream=5)
+    with pytest.raises(TypeError, match="^stream: .*got nbrmm.Stream that is not initialized"):
+        hook.cupy_allocator(stream=nbrmm.Stream.__new__(nbrmm.Stream))
 
     class NewerProtocol:
         def __cuda_stream__(self):

@@ -1080,6 +1080,8 @@ def test_cuda_core_streams_are_nbrmm_streams():
     assert isinstance(s, nbrmm.Stream) and s.handle == 2 and s.owner is PER_THREAD
     assert s.is_per_thread_default()
     assert interop.from_cuda_core_stream(nbrmm.DEFAULT_STREAM) is nbrmm.DEFAULT_STREAM
+    with pytest.raises(TypeError, match="^stream: .*got nbrmm.Stream that is not initialized"):
+        interop.from_cuda_core_stream(nbrmm.Stream.__new__(nbrmm.Stream))
     assert nbrmm.Stream(LEGACY).handle == 1 and nbrmm.Stream(LEGACY).is_default()
     # nbrmm takes cuda.core streams wherever it takes a stream.
     seen = []

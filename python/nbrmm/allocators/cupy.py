@@ -120,7 +120,7 @@ class CupyAllocator:
         fixed: Stream | None = None
         if stream is not None:
             if isinstance(stream, Stream):
-                fixed = stream
+                fixed = _nbrmm._as_stream(stream)  # itself (refused if never initialized)
             else:
                 try:
                     fixed = Stream(stream)

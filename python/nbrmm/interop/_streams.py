@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import cuda.core as cc
 
 import nbrmm
+from nbrmm._nbrmm import _as_stream
 from nbrmm.interop._args import stream_handle
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def from_cuda_core_stream(stream: CudaStreamLike) -> nbrmm.Stream:
         If its ``__cuda_stream__`` returns no stream handle.
     """
     if isinstance(stream, nbrmm.Stream):
-        return stream
+        return _as_stream(stream)  # itself (refused if its __init__ never ran)
     stream_handle(stream)  # a clear error naming the parameter
     return nbrmm.Stream(stream)
 
