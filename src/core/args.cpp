@@ -1,8 +1,6 @@
 // Arguments given from Python (see args.hpp).
 #include "core/args.hpp"
 
-#include <vector>
-
 #include "core/rmm_compat.hpp"
 
 #include <rmm/aligned.hpp>
@@ -11,8 +9,10 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace nbrmm {
 namespace {
@@ -90,15 +90,29 @@ std::string utf8(nb::handle obj)
 }
 
 namespace {
+/// The storage of the objects whose `__init__` runs. Never destroyed (used at exit); the
+/// GIL guards it where it is enabled, a mutex in free-threaded builds.
 std::vector<void const*>& initializing()
 {
-  static auto* storages = new std::vector<void const*>{};  // never destroyed: used at exit
+  static auto* storages = new std::vector<void const*>{};
   return *storages;
 }
+
+class initializing_lock {
+#if defined(Py_GIL_DISABLED)
+  static std::mutex& mutex()
+  {
+    static auto* m = new std::mutex;
+    return *m;
+  }
+  std::lock_guard<std::mutex> lock_{mutex()};
+#endif
+};
 }  // namespace
 
 init_guard::init_guard(void const* storage) : storage_{storage}
 {
+  initializing_lock const lock;
   auto& running = initializing();
   if (std::find(running.begin(), running.end(), storage) != running.end()) {
     throw nb::type_error(
@@ -110,6 +124,7 @@ init_guard::init_guard(void const* storage) : storage_{storage}
 
 init_guard::~init_guard()
 {
+  initializing_lock const lock;
   auto& running = initializing();
   running.erase(std::find(running.begin(), running.end(), storage_));
 }

@@ -35,8 +35,7 @@ inline constexpr char not_initialized_note[] =
 
 /// Held by every `__init__` while it runs: a second `__init__` of the same object, called
 /// from a callback the first one runs or from another thread while the first waits without
-/// the GIL, would construct into the same storage; it raises TypeError instead. (Only used
-/// with the GIL held.)
+/// the GIL, would construct into the same storage; it raises TypeError instead.
 class init_guard {
  public:
   explicit init_guard(void const* storage);
