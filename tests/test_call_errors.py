@@ -452,7 +452,7 @@ class Forgetful(nbrmm.mr.DeviceMemoryResource):
          "CudaMemoryResource.__nbrmm_resource__(): called on an nbrmm.mr.CudaMemoryResource "
          f"{NOT_INITIALIZED}"),
         (lambda: Forgetful().device,
-         f"Forgetful.device: read from an {__name__}.Forgetful {NOT_INITIALIZED}"),
+         f"Forgetful.device: read from a {__name__}.Forgetful {NOT_INITIALIZED}"),
         (lambda: uninitialized(nbrmm.Buffer).__dlpack__(),
          f"Buffer.__dlpack__(): called on an nbrmm.Buffer {NOT_INITIALIZED}"),
         (lambda: uninitialized(nbrmm.Stream).synchronize(),
@@ -541,7 +541,7 @@ def test_special_methods_of_other_uninitialized_objects_say_so():
         assert str(info.value) == f"{method}: called on an nbrmm.Stream {NOT_INITIALIZED}"
     with pytest.raises(TypeError) as info:
         hash(Forgetful())
-    assert str(info.value) == (f"Forgetful.__hash__(): called on an {__name__}.Forgetful "
+    assert str(info.value) == (f"Forgetful.__hash__(): called on a {__name__}.Forgetful "
                                f"{NOT_INITIALIZED}")
     with pytest.raises(TypeError) as info:
         memoryview(uninitialized(nbrmm.Buffer))

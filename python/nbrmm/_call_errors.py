@@ -88,7 +88,8 @@ def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
         if name == "__init__" and ready:
             return f"{title}: the object is already initialized (__init__ runs once)"
         if name != "__init__" and ready is False:
-            return f"{title}: called on {_article(_public_name(type(self)))}{_NOT_INITIALIZED_NOTE}"
+            instance = _article(_public_name(type(self)))
+            return f"{title}: called on {instance}{_NOT_INITIALIZED_NOTE}"
     bound = _bind(title, params, args, kwargs)
     if isinstance(bound, str):
         return bound
@@ -98,8 +99,8 @@ def call_error(scope: object, name: str, kind: str, args: tuple[Any, ...],
         value = bound[param.name]
         accepts = _alternatives(param.annotation, scope)
         if any(value is u for u in unready or ()):
-            return f"{param.name}: expected {_expected(accepts)}, got " \
-                   f"{_public_name(type(value))}{_NOT_INITIALIZED_NOTE}"
+            got = _public_name(type(value))
+            return f"{param.name}: expected {_expected(accepts)}, got {got}{_NOT_INITIALIZED_NOTE}"
         if not any(_passes(a, value) for a in accepts):
             return _wrong_value(param.name, accepts, value)
     shown = ", ".join(p.name for p in params)

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -131,9 +132,13 @@ init_guard::~init_guard()
 
 void throw_not_initialized(nb::handle self, char const* member, bool property)
 {
+  std::string const type = utf8(nb::type_name(self.type()));
+  // (the article as nbrmm._call_errors writes it)
+  bool const an = type.rfind("nbrmm", 0) == 0 ||
+                  std::string_view{"aeioAEIO"}.find(type[0]) != std::string_view::npos;
   std::string const title = utf8(self.type().attr("__qualname__")) + "." + member +
-                            (property ? ": read from an " : "(): called on an ");
-  throw nb::type_error((title + utf8(nb::type_name(self.type())) + not_initialized_note).c_str());
+                            (property ? ": read from " : "(): called on ") + (an ? "an " : "a ");
+  throw nb::type_error((title + type + not_initialized_note).c_str());
 }
 
 std::string type_of(nb::handle obj, nb::handle expected)
