@@ -395,8 +395,7 @@ nb::object buffer_from(nb::handle cls, void const* src, std::size_t n, nb::handl
 /// buffer's own resource and stream, as rmm's copy() does).
 nb::object copy_of(nb::handle py_self, nb::handle mr, nb::handle stream)
 {
-  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "copy"); }
-  Buffer& self = buffer_of(py_self);
+  Buffer& self = initialized<Buffer>(py_self, "copy");
   buffer_reader reader{self, "copy"};
   auto& b = reader.memory();
   return buffer_from(py_self.type(), b.data(), b.size(), mr.is_none() ? self.mr : mr,
@@ -603,8 +602,7 @@ nb::object export_token(nb::handle py_self)
 
 nb::object dlpack(nb::handle_t<Buffer> py_self, nb::handle stream, nb::kwargs kwargs)
 {
-  if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "__dlpack__"); }
-  Buffer& self = buffer_of(py_self);
+  Buffer& self = initialized<Buffer>(py_self, "__dlpack__");
   auto& b      = self.get("__dlpack__");
   order_for_consumer(self, stream);
   auto const [type, id] = dlpack_device(self);
@@ -934,7 +932,7 @@ BufferError
     .def(
       "__enter__",
       [](nb::handle_t<Buffer> self) {
-        if (!nb::inst_ready(self)) { throw_not_initialized(self, "__enter__"); }
+        (void)initialized<Buffer>(self, "__enter__");
         return nb::borrow(self);
       },
       nb::sig("def __enter__(self) -> typing.Self"),

@@ -47,16 +47,21 @@ class init_guard {
   void const* storage_;
 };
 
-/// The getter of the property `name` of class `T`: `get(self)` on the C++ object, and the
-/// TypeError of `throw_not_initialized` for an instance whose `__init__` never ran (which
-/// nanobind would refuse with a warning and a message of its own).
+/// The C++ object of `self`, an instance of `T` taken as a handle by the method (or
+/// property) `member`; the TypeError of `throw_not_initialized` if its `__init__` never ran.
+template <class T>
+T& initialized(nb::handle self, char const* member, bool property = false)
+{
+  if (!nb::inst_ready(self)) { throw_not_initialized(self, member, property); }
+  return *nb::inst_ptr<T>(self);
+}
+
+/// The getter of the property `name` of class `T`: `get` on the `initialized` object
+/// (nanobind would refuse an uninitialized one with a warning and a message of its own).
 template <class T, class Get>
 auto getter(char const* name, Get get)
 {
-  return [name, get](nb::handle_t<T> self) {
-    if (!nb::inst_ready(self)) { throw_not_initialized(self, name, true); }
-    return get(*nb::inst_ptr<T>(self));
-  };
+  return [name, get](nb::handle_t<T> self) { return get(initialized<T>(self, name, true)); };
 }
 
 /// What `obj` is, for messages "expected ..., got <this>": None, the name of its type (with

@@ -129,8 +129,7 @@ allocations.)doc")
       "add_bin",
       [](nb::handle_t<BinningMemoryResource> py_self, nb::handle allocation_size,
          nb::handle bin_resource) {
-        if (!nb::inst_ready(py_self)) { throw_not_initialized(py_self, "add_bin"); }
-        auto& self             = *nb::inst_ptr<BinningMemoryResource>(py_self);
+        auto& self = initialized<BinningMemoryResource>(py_self, "add_bin");
         std::size_t const size = parse_size(allocation_size, "allocation_size");
         if (size == 0) { throw nb::value_error("allocation_size: must be positive"); }
         // A bin without a resource is a FixedSizeMemoryResource taking 128 blocks at once.

@@ -365,14 +365,13 @@ ValueError
       "Whether both objects use the same underlying resource.")
     .def("__hash__",
          [](nb::handle_t<DeviceMemoryResource> self) {
-           if (!nb::inst_ready(self)) { throw_not_initialized(self, "__hash__"); }
+           (void)initialized<DeviceMemoryResource>(self, "__hash__");
            return resource_identity(self);
          })
     .def(
       "__nbrmm_resource__",
       [](nb::handle_t<DeviceMemoryResource> self) {
-        if (!nb::inst_ready(self)) { throw_not_initialized(self, "__nbrmm_resource__"); }
-        auto& r = *nb::inst_ptr<DeviceMemoryResource>(self);
+        auto& r = initialized<DeviceMemoryResource>(self, "__nbrmm_resource__");
         // A resource C++ made goes back exactly as C++ made it (C++ can resource_cast it).
         // Any other copy carries this object, so a buffer that C++ allocates from it and
         // hands back to Python reports this very object as its `mr`.

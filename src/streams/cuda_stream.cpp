@@ -122,11 +122,18 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
                          .c_str());
 }
 
+/// Whether `obj` is an nbrmm Stream; one whose `__init__` never ran is refused.
+bool is_nbrmm_stream(nb::handle obj, char const* param)
+{
+  if (Py_TYPE(obj.ptr()) != stream_type && !nb::isinstance<Stream>(obj)) { return false; }
+  if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
+  return true;
+}
+
 Stream make_view(nb::handle obj, char const* param, bool constructing = false)
 {
   Stream s;
-  if (nb::isinstance<Stream>(obj)) {
-    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
+  if (is_nbrmm_stream(obj, param)) {
     Stream const& other = nb::cast<Stream const&>(obj);
     s.handle            = other.handle;
     s.owned             = other.owned;
@@ -164,10 +171,7 @@ PyType_Slot stream_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(stream_tr
 
 cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 {
-  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
-    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
-    return nb::inst_ptr<Stream>(obj)->ref();
-  }
+  if (is_nbrmm_stream(obj, param)) { return nb::inst_ptr<Stream>(obj)->ref(); }
   if (obj.ptr() == default_stream_arg_obj) { return cuda::stream_ref{default_stream_handle}; }
   cudaStream_t handle{};
   if (obj.is_none() || !foreign_handle(obj, param, handle)) { not_a_stream(obj, param); }
@@ -176,10 +180,7 @@ cuda::stream_ref stream_arg(nb::handle obj, char const* param)
 
 nb::object stream_object(nb::handle obj, char const* param)
 {
-  if (Py_TYPE(obj.ptr()) == stream_type || nb::isinstance<Stream>(obj)) {
-    if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
-    return nb::borrow(obj);
-  }
+  if (is_nbrmm_stream(obj, param)) { return nb::borrow(obj); }
   if (obj.ptr() == default_stream_arg_obj) { return default_stream(); }
   if (obj.is_none()) { not_a_stream(obj, param); }
   return nb::cast(make_view(obj, param));

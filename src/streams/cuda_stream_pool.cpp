@@ -64,8 +64,7 @@ flags : CudaStreamFlags, optional
     .def(
       "get_stream",
       [](nb::handle_t<CudaStreamPool> self, nb::handle stream_id) {
-        if (!nb::inst_ready(self)) { throw_not_initialized(self, "get_stream"); }
-        auto& pool = *nb::inst_ptr<CudaStreamPool>(self)->pool;
+        auto& pool = *initialized<CudaStreamPool>(self, "get_stream").pool;
         if (stream_id.is_none()) { return pool_stream(self, pool.get_stream()); }
         // librmm wraps the id around the pool size: any non-negative id is valid.
         return pool_stream(self, pool.get_stream(uint_arg(stream_id, "stream_id")));
