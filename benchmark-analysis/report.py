@@ -63,8 +63,14 @@ PAIRED_INFO_REFERENCES = {
         ("hook", "nbrmm's hook, not recording"),
         ("caching", "torch's caching allocator, not recording"),
     ),
+    "cupy_empty": (
+        ("documented_objects_floor",
+         "an allocator returning CuPy's documented objects over a held block"),
+    ),
     "cuda_core_allocate": (
         ("python_mr_floor", "a cuda.core MemoryResource in Python that allocates nothing"),
+        ("one_call_floor",
+         "a cuda.core MemoryResource in Python calling the arena once per method, no checks"),
         ("floor", "librmm's C++ allocate+deallocate on the arena"),
     ),
 }

@@ -24,7 +24,10 @@ and the target (``target``):
 ``cupy_empty``
     ``cupy.empty(256, dtype=uint8)`` through nbrmm's hook over an arena, beside CuPy's own
     ``MemoryPool`` (guard: at most 1.10x) and rmm's ``rmm_cupy_allocator`` over rmm's
-    arena.
+    arena; an allocator that hands out one block it holds as CuPy's documented objects
+    (``MemoryPointer`` to an ``UnownedMemory``), allocating and freeing nothing
+    (``documented_objects_floor``), shows what CuPy itself costs for any allocator built
+    on them.
 ``torch_empty``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
     ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
@@ -36,7 +39,9 @@ and the target (``target``):
     most 1.25x); librmm's C++ round trip on the arena (``floor``) shows what the arena
     itself costs, and a ``MemoryResource`` written in Python that hands out one block it
     holds (``python_mr_floor``) what cuda.core itself costs for any resource written in
-    Python.
+    Python. ``one_call_floor`` is a resource in Python whose methods make one call each of
+    the arena's ``allocate`` and ``deallocate`` and check nothing: what such a resource
+    costs with nbrmm's raw allocations.
 ``memory_history``
     ``torch.empty(256)`` + free while the memory history records Python stacks: nbrmm's
     hook as torch's allocator with ``nbrmm.memory.record_history(stacks="python")``,
@@ -212,7 +217,15 @@ def bench_paired_cupy_empty(benchmark):
     arena = make_resource(nbrmm, "arena")
     hook = cupy_allocator(mr=arena)
     pool = cupy.cuda.MemoryPool()
-    allocators = {"cupy": pool.malloc}
+    # CuPy's cost for any allocator that returns its documented objects: one block, held.
+    block = pool.malloc(NBYTES)
+    device = cupy.cuda.get_device_id()
+    memory_pointer, unowned_memory = cupy.cuda.MemoryPointer, cupy.cuda.UnownedMemory
+
+    def documented_objects(nbytes):
+        return memory_pointer(unowned_memory(block.ptr, nbytes, block, device), 0)
+
+    allocators = {"cupy": pool.malloc, "documented_objects_floor": documented_objects}
     with contextlib.ExitStack() as undo:
         try:
             rmm = import_impl("rmm")
@@ -245,6 +258,7 @@ def bench_paired_cupy_empty(benchmark):
         references = {name: reference(a) for name, a in allocators.items()}
         Interleaved(benchmark, references, lambda: cupy.cuda.set_allocator(hook)).run(batch)
     cupy.cuda.Device().synchronize()
+    del block
     pool.free_all_blocks()
 
 
@@ -285,16 +299,29 @@ def bench_paired_cuda_core_allocate(benchmark):
         def deallocate(self, ptr, size, *, stream):
             pass
 
+    class OneCallResource(cuda.core.MemoryResource):
+        is_device_accessible, is_host_accessible, is_managed = True, False, False
+        device_id = dev.device_id
+
+        def allocate(self, size, *, stream):
+            return from_handle(arena.allocate(size, stream), size, mr=self, stream=stream)
+
+        def deallocate(self, ptr, size, *, stream):
+            arena.deallocate(ptr, size, stream)
+
     subject, reference = batch_of(ours), batch_of(own)
     python_floor = batch_of(PythonResource())
+    one_call_floor = batch_of(OneCallResource())
     subject()
     reference()
     python_floor()
+    one_call_floor()
     record(benchmark, "paired", "nbrmm", target="cuda_core_allocate", resource="arena", size=NBYTES)
     benchmark.group = f"paired cuda.core allocate {size_id(NBYTES)}"
     references = {
         "cuda.core": lambda: _timed(reference),
         "python_mr_floor": lambda: _timed(python_floor),
+        "one_call_floor": lambda: _timed(one_call_floor),
         "floor": lambda: _testing.allocate_round_trip_ns(arena, NBYTES, BATCH),
     }
     Interleaved(benchmark, references).run(subject)

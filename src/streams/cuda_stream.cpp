@@ -125,7 +125,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
 /// Whether `obj` is an nbrmm Stream; one whose `__init__` never ran is refused.
 bool is_nbrmm_stream(nb::handle obj, char const* param)
 {
-  if (Py_TYPE(obj.ptr()) != stream_type && !nb::isinstance<Stream>(obj)) { return false; }
+  if (PyObject_TypeCheck(obj.ptr(), stream_type) == 0) { return false; }
   if (!nb::inst_ready(obj)) { not_a_stream(obj, param); }
   return true;
 }
