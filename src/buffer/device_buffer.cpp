@@ -756,11 +756,14 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
       "nbytes", getter<Buffer>("nbytes", [](Buffer& self) { return self.get("nbytes").size(); }),
       "Size in bytes.")
     .def(
-      "__len__", [](Buffer& self) { return self.get("len").size(); },
+      "__len__", method<Buffer>("__len__", [](Buffer& self) { return self.get("len").size(); }),
       "Size in bytes (as ``size``).")
-    .def("__sizeof__", [](Buffer& self) { return self.mem.has_value() ? self.mem->size() : 0; })
+    .def("__sizeof__", method<Buffer>("__sizeof__", [](Buffer& self) {
+           return self.mem.has_value() ? self.mem->size() : 0;
+         }))
     .def(
-      "capacity", [](Buffer& self) { return self.get("capacity").capacity(); },
+      "capacity",
+      method<Buffer>("capacity", [](Buffer& self) { return self.get("capacity").capacity(); }),
       "Allocated capacity in bytes (at least ``size``).")
     .def_prop_ro(
       "mr",
@@ -785,12 +788,12 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
       "Whether :meth:`close` has freed the memory.")
     .def(
       "reserve",
-      [](Buffer& self, nb::handle new_capacity, nb::handle stream) {
+      method<Buffer>("reserve", [](Buffer& self, nb::handle new_capacity, nb::handle stream) {
         std::size_t const n = request_size(new_capacity, "new_capacity",
                                            self.get("reserve").alignment());
         mutate(self, stream, "reserve", &moves_to_reserve, n,
                [n](auto& b, auto s) { b.reserve(n, s); });
-      },
+      }),
       nb::arg("new_capacity"), nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def reserve(self, new_capacity: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Grow the capacity to at least ``new_capacity`` bytes, keeping the contents.
@@ -801,11 +804,11 @@ BufferError
     If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "resize",
-      [](Buffer& self, nb::handle new_size, nb::handle stream) {
+      method<Buffer>("resize", [](Buffer& self, nb::handle new_size, nb::handle stream) {
         std::size_t const n = request_size(new_size, "new_size", self.get("resize").alignment());
         mutate(self, stream, "resize", &moves_to_resize, n,
                [n](auto& b, auto s) { b.resize(n, s); });
-      },
+      }),
       nb::arg("new_size"), nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def resize(self, new_size: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Resize to ``new_size`` bytes on the buffer's own resource, keeping the prefix.
@@ -816,10 +819,10 @@ BufferError
     If the memory would move while it is exported or in use by another thread.)doc")
     .def(
       "shrink_to_fit",
-      [](Buffer& self, nb::handle stream) {
+      method<Buffer>("shrink_to_fit", [](Buffer& self, nb::handle stream) {
         mutate(self, stream, "shrink_to_fit", &moves_to_shrink, 0,
                [](auto& b, auto s) { b.shrink_to_fit(s); });
-      },
+      }),
       nb::arg("stream").none() = default_stream_arg(),
       nb::sig("def shrink_to_fit(self, stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
       R"doc(Release unused capacity.
@@ -855,7 +858,7 @@ stream : Stream, optional
       },
       nb::arg("memo"), nb::sig("def __deepcopy__(self, memo: dict[int, typing.Any]) -> typing.Self"),
       "A copy on the buffer's own resource and stream (as :meth:`copy`).")
-    .def("copy_to_host", &copy_to_host, nb::arg("ary") = nb::none(),
+    .def("copy_to_host", method<Buffer>("copy_to_host", &copy_to_host), nb::arg("ary") = nb::none(),
          nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_to_host(self, ary: nbrmm._typing.HostBufferT | None = None, "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> nbrmm._typing.HostBufferT"),
@@ -873,21 +876,26 @@ Returns
 numpy.ndarray or the type of ``ary``
     ``ary`` when given, otherwise a new one-dimensional ``numpy.uint8`` array of ``size``
     elements.)doc")
-    .def("copy_from_host", &copy_from_host, nb::arg("ary").none(), nb::arg("stream").none() = default_stream_arg(),
+    .def("copy_from_host", method<Buffer>("copy_from_host", &copy_from_host), nb::arg("ary").none(),
+         nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_from_host(self, ary: typing_extensions.Buffer | numpy.typing.NDArray[typing.Any], "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous host buffer of at most ``size`` bytes into the buffer.")
-    .def("copy_from_device", &copy_from_device, nb::arg("cuda_ary").none(),
+    .def("copy_from_device", method<Buffer>("copy_from_device", &copy_from_device),
+         nb::arg("cuda_ary").none(),
          nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def copy_from_device(self, cuda_ary: nbrmm._typing.CudaArrayLike, "
                  "stream: nbrmm._typing.CudaStreamLike = ...) -> None"),
          "Copy a C-contiguous device array (``__cuda_array_interface__``) of at most ``size`` "
          "bytes into the buffer.")
-    .def("tobytes", &to_bytes, nb::arg("stream").none() = default_stream_arg(),
+    .def("tobytes", method<Buffer>("tobytes", &to_bytes),
+         nb::arg("stream").none() = default_stream_arg(),
          nb::sig("def tobytes(self, stream: nbrmm._typing.CudaStreamLike = ...) -> bytes"),
          "The contents as ``bytes`` (always synchronizes).")
     .def(
-      "__bytes__", [](Buffer& self) { return to_bytes(self, default_stream_arg()); },
+      "__bytes__",
+      method<Buffer>("__bytes__",
+                     [](Buffer& self) { return to_bytes(self, default_stream_arg()); }),
       "The contents as ``bytes`` (as :meth:`tobytes`).")
     .def_static(
       "to_device",
@@ -901,7 +909,7 @@ numpy.ndarray or the type of ``ary``
       "the current device resource).")
     .def(
       "prefetch",
-      [](Buffer& self, nb::handle device, nb::handle stream) {
+      method<Buffer>("prefetch", [](Buffer& self, nb::handle device, nb::handle stream) {
         // -1 (cudaCpuDeviceId): the host
         int const target = device.is_none() ? self.device : int_arg(device, "device");
         if (target != cudaCpuDeviceId && target != self.device) { check_device(target, "device"); }
@@ -912,14 +920,15 @@ numpy.ndarray or the type of ``ary``
         if (b.size() == 0) { return; }
         gil_release release;
         rmm::prefetch(b.data(), b.size(), rmm::cuda_device_id{target}, s);
-      },
+      }),
       nb::arg("device") = nb::none(), nb::arg("stream") = nb::none(),
       nb::sig("def prefetch(self, device: int | None = None, "
               "stream: nbrmm._typing.CudaStreamLike | None = None) -> None"),
       "Prefetch managed memory to ``device`` (``cudaCpuDeviceId`` = -1 for the host); a "
       "no-op for memory that is not managed.")
     .def(
-      "close", [](Buffer& self) { self.release(Buffer::release_mode::close); },
+      "close",
+      method<Buffer>("close", [](Buffer& self) { self.release(Buffer::release_mode::close); }),
       R"doc(Free the memory now; any later use of the buffer raises ValueError.
 
 Closing a closed buffer does nothing.
@@ -939,9 +948,9 @@ BufferError
       "The buffer itself; leaving the ``with`` block closes it.")
     .def(
       "__exit__",
-      [](Buffer& self, nb::handle, nb::handle, nb::handle) {
+      method<Buffer>("__exit__", [](Buffer& self, nb::handle, nb::handle, nb::handle) {
         self.release(Buffer::release_mode::close);
-      },
+      }),
       nb::arg("exc_type").none(), nb::arg("exc_value").none(), nb::arg("traceback").none(),
       nb::sig("def __exit__(self, exc_type: type[BaseException] | None, "
               "exc_value: BaseException | None, traceback: types.TracebackType | None) -> None"),
@@ -957,7 +966,8 @@ BufferError
          "DLPack export (1-D ``uint8``); the consumer's ``stream`` is ordered after the "
          "buffer's stream. The tensor keeps the buffer alive and counts as an export.")
     .def(
-      "__dlpack_device__", [](Buffer& self) { return dlpack_device(self); },
+      "__dlpack_device__",
+      method<Buffer>("__dlpack_device__", [](Buffer& self) { return dlpack_device(self); }),
       "``(device_type, device_id)`` of the memory for DLPack.")
     .def("__repr__", [](nb::handle_t<Buffer> py_self) {
       if (!nb::inst_ready(py_self)) { return std::string{"<nbrmm.Buffer (not initialized)>"}; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace nbrmm {
 
@@ -62,6 +63,31 @@ template <class T, class Get>
 auto getter(char const* name, Get get)
 {
   return [name, get](nb::handle_t<T> self) { return get(initialized<T>(self, name, true)); };
+}
+
+/// The method `name` of class `T`: `f(self, args...)` on the `initialized` object. nanobind
+/// takes `self` as a handle, so an uninitialized one gets nbrmm's message rather than a
+/// warning of the binding layer followed by its own.
+template <class T, class F, class R, class Self, class... Args>
+auto method_of(char const* name, F f, R (F::*)(Self, Args...) const)
+{
+  return [name, f](nb::handle_t<T> self, Args... args) -> R {
+    return f(initialized<T>(self, name), std::forward<Args>(args)...);
+  };
+}
+
+template <class T, class F>
+auto method(char const* name, F f)
+{
+  return method_of<T>(name, std::move(f), &F::operator());
+}
+
+template <class T, class R, class Self, class... Args>
+auto method(char const* name, R (*f)(Self, Args...))
+{
+  return [name, f](nb::handle_t<T> self, Args... args) -> R {
+    return f(initialized<T>(self, name), std::forward<Args>(args)...);
+  };
 }
 
 /// What `obj` is, for messages "expected ..., got <this>": None, the name of its type (with

@@ -35,9 +35,9 @@ the constructor raises ``nbrmm.LogicError`` otherwise. The memory is host-access
       "Create a resource on the current device.")
     .def(
       "pool_handle",
-      [](CudaAsyncManagedMemoryResource& self) {
+      method<CudaAsyncManagedMemoryResource>("pool_handle", [](CudaAsyncManagedMemoryResource& self) {
         return reinterpret_cast<std::uintptr_t>(resource_as<async_managed>(self).pool_handle());
-      },
+      }),
       "The ``cudaMemPool_t`` of the managed pool, as an int.");
   register_typed_wrapper<CudaAsyncManagedMemoryResource, async_managed, true>();
   register_gpu_resource_type(nb::type<CudaAsyncManagedMemoryResource>());

@@ -72,9 +72,9 @@ nbrmm.LogicError
               "enable_fabric: bool = False) -> None"))
     .def(
       "pool_handle",
-      [](CudaAsyncMemoryResource& self) {
+      method<CudaAsyncMemoryResource>("pool_handle", [](CudaAsyncMemoryResource& self) {
         return reinterpret_cast<std::uintptr_t>(resource_as<async_resource>(self).pool_handle());
-      },
+      }),
       "The ``cudaMemPool_t`` of the pool, as an int.");
   register_typed_wrapper<CudaAsyncMemoryResource, async_resource>();
   register_gpu_resource_type(nb::type<CudaAsyncMemoryResource>());

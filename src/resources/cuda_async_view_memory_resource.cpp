@@ -116,13 +116,13 @@ pool_handle : cudaMemPool_t, CUmemoryPool, int or resource
               "nbrmm._typing.HasPoolHandle) -> None"))
     .def(
       "pool_handle",
-      [](CudaAsyncViewMemoryResource& self) {
+      method<CudaAsyncViewMemoryResource>("pool_handle", [](CudaAsyncViewMemoryResource& self) {
         device_resource& res = self.get();
         if (auto const* view = cuda::mr::resource_cast<owned_view>(&res)) {
           return reinterpret_cast<std::uintptr_t>(view->inner().pool_handle());
         }
         return reinterpret_cast<std::uintptr_t>(resource_as<view_resource>(self).pool_handle());
-      },
+      }),
       "The ``cudaMemPool_t`` this resource allocates from, as an int.");
   register_typed_wrapper<CudaAsyncViewMemoryResource, owned_view>();
   register_typed_wrapper<CudaAsyncViewMemoryResource, view_resource>();

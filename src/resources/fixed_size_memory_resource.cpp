@@ -65,7 +65,9 @@ blocks_to_preallocate : int, optional
               "block_size: int | str = 1048576, blocks_to_preallocate: int = 128) -> None"))
     .def(
       "get_block_size",
-      [](FixedSizeMemoryResource& self) { return resource_as<fixed_resource>(self).get_block_size(); },
+      method<FixedSizeMemoryResource>("get_block_size", [](FixedSizeMemoryResource& self) {
+        return resource_as<fixed_resource>(self).get_block_size();
+      }),
       "The block size in bytes (the requested size rounded up to a multiple of 256).");
   register_adaptor_wrapper<FixedSizeMemoryResource, fixed_resource>();
 }

@@ -43,15 +43,15 @@ allocation_limit : int or str
               "allocation_limit: int | str) -> None"))
     .def(
       "get_allocated_bytes",
-      [](LimitingResourceAdaptor& self) {
+      method<LimitingResourceAdaptor>("get_allocated_bytes", [](LimitingResourceAdaptor& self) {
         return resource_as<limiting_adaptor>(self).get_allocated_bytes();
-      },
+      }),
       "Bytes currently allocated through this adaptor (each allocation rounded up to 256).")
     .def(
       "get_allocation_limit",
-      [](LimitingResourceAdaptor& self) {
+      method<LimitingResourceAdaptor>("get_allocation_limit", [](LimitingResourceAdaptor& self) {
         return resource_as<limiting_adaptor>(self).get_allocation_limit();
-      },
+      }),
       "The allocation limit in bytes.");
   register_adaptor_wrapper<LimitingResourceAdaptor, limiting_adaptor>();
 }

@@ -99,15 +99,16 @@ nbrmm.FileOpenError
               "log_file_name: str | os.PathLike[str] | None = None) -> None"))
     .def(
       "flush",
-      [](LoggingResourceAdaptor& self) {
+      method<LoggingResourceAdaptor>("flush", [](LoggingResourceAdaptor& self) {
         auto& log = resource_as<logging_adaptor>(self);
         gil_release release;
         log.flush();
-      },
+      }),
       "Write buffered log lines to the file.")
     .def(
       "get_file_name",
-      [](LoggingResourceAdaptor const& self) { return self.file_name; },
+      method<LoggingResourceAdaptor>("get_file_name",
+                                     [](LoggingResourceAdaptor const& self) { return self.file_name; }),
       R"doc(The absolute path of the log file (None for an adaptor made by C++ code).)doc");
 
   register_adaptor_wrapper<LoggingResourceAdaptor, logging_adaptor>();

@@ -354,8 +354,12 @@ ValueError
       "Whether the memory can be read and written by the host.")
     .def(
       "__eq__",
-      [](DeviceMemoryResource& self, nb::handle other) -> nb::object {
-        if (!is_resource(other)) { return nb::borrow(Py_NotImplemented); }
+      [](nb::handle_t<DeviceMemoryResource> py_self, nb::handle other) -> nb::object {
+        // (an uninitialized object is no resource: == falls back to identity)
+        if (!nb::inst_ready(py_self) || !is_resource(other)) {
+          return nb::borrow(Py_NotImplemented);
+        }
+        auto& self = *nb::inst_ptr<DeviceMemoryResource>(py_self);
         auto& o = *nb::inst_ptr<DeviceMemoryResource>(other);
         if (&o == &self) { return nb::bool_(true); }
         if (!self.res.has_value() || !o.res.has_value()) { return nb::bool_(false); }
@@ -454,9 +458,9 @@ keeps the Python upstream object, returned as ``upstream_mr``.)doc")
       "The upstream resource object this adaptor was created with.")
     .def(
       "get_upstream",
-      [](UpstreamResourceAdaptor const& self) {
+      method<UpstreamResourceAdaptor>("get_upstream", [](UpstreamResourceAdaptor const& self) {
         return self.upstream.is_valid() ? self.upstream : nb::none();
-      },
+      }),
       nb::sig("def get_upstream(self) -> DeviceMemoryResource | None"),
       "The upstream resource object this adaptor was created with.");
 

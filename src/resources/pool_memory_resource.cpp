@@ -96,7 +96,9 @@ MemoryError
               "maximum_pool_size: int | str | None = None) -> None"))
     .def(
       "pool_size",
-      [](PoolMemoryResource& self) { return resource_as<pool_resource>(self).pool_size(); },
+      method<PoolMemoryResource>("pool_size", [](PoolMemoryResource& self) {
+        return resource_as<pool_resource>(self).pool_size();
+      }),
       "Bytes the pool currently holds from its upstream (in use or free).");
   register_adaptor_wrapper<PoolMemoryResource, pool_resource>();
 }

@@ -75,10 +75,10 @@ upstream_mr : DeviceMemoryResource
       R"doc(The counters of the current frame, as an ``nbrmm.statistics.Statistics``.)doc")
     .def(
       "push_counters",
-      [](StatisticsResourceAdaptor& self) {
+      method<StatisticsResourceAdaptor>("push_counters", [](StatisticsResourceAdaptor& self) {
         auto [bytes, count] = resource_as<statistics_adaptor>(self).push_counters();
         return to_statistics(bytes, count);
-      },
+      }),
       nb::sig("def push_counters(self) -> nbrmm.statistics.Statistics"),
       R"doc(Start a new frame of counters, all zero.
 
@@ -88,10 +88,10 @@ Statistics
     The counters of the frame that was current before the push.)doc")
     .def(
       "pop_counters",
-      [](StatisticsResourceAdaptor& self) {
+      method<StatisticsResourceAdaptor>("pop_counters", [](StatisticsResourceAdaptor& self) {
         auto [bytes, count] = resource_as<statistics_adaptor>(self).pop_counters();
         return to_statistics(bytes, count);
-      },
+      }),
       nb::sig("def pop_counters(self) -> nbrmm.statistics.Statistics"),
       R"doc(End the current frame; its counts are added to the frame below.
 

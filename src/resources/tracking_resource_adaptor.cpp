@@ -39,24 +39,24 @@ capture_stacks : bool, optional
               "capture_stacks: bool = False) -> None"))
     .def(
       "get_allocated_bytes",
-      [](TrackingResourceAdaptor& self) {
+      method<TrackingResourceAdaptor>("get_allocated_bytes", [](TrackingResourceAdaptor& self) {
         return resource_as<tracking_adaptor>(self).get_allocated_bytes();
-      },
+      }),
       "Bytes in the allocations that are outstanding.")
     .def(
       "get_outstanding_allocations_str",
-      [](TrackingResourceAdaptor& self) {
+      method<TrackingResourceAdaptor>("get_outstanding_allocations_str", [](TrackingResourceAdaptor& self) {
         return resource_as<tracking_adaptor>(self).get_outstanding_allocations_str();
-      },
+      }),
       R"doc(A text report of the outstanding allocations: pointer, size and, with
 ``capture_stacks``, the stack of each.)doc")
     .def(
       "log_outstanding_allocations",
-      [](TrackingResourceAdaptor& self) {
+      method<TrackingResourceAdaptor>("log_outstanding_allocations", [](TrackingResourceAdaptor& self) {
         auto& tracking = resource_as<tracking_adaptor>(self);
         gil_release release;
         tracking.log_outstanding_allocations();
-      },
+      }),
       R"doc(Write :meth:`get_outstanding_allocations_str` to librmm's debug log (at debug
 level, so only when that level is enabled).)doc");
   register_adaptor_wrapper<TrackingResourceAdaptor, tracking_adaptor>();

@@ -274,23 +274,25 @@ nbrmm.CudaError
                "flags: CudaStreamFlags | None = None) -> None"))
     .def(
       "__cuda_stream__",
-      [](Stream const& s) { return nb::make_tuple(0, handle_int(s)); },
+      method<Stream>("__cuda_stream__",
+                     [](Stream const& s) { return nb::make_tuple(0, handle_int(s)); }),
       nb::sig("def __cuda_stream__(self) -> tuple[int, int]"),
       "The CUDA stream protocol: ``(version, handle)``.")
     .def(
       "synchronize",
-      [](Stream const& s) {
+      method<Stream>("synchronize", [](Stream const& s) {
         gil_release release;
         check_cuda(cudaStreamSynchronize(s.handle), "cudaStreamSynchronize");
-      },
+      }),
       "Block until all work queued on the stream has completed (releases the GIL).")
     .def(
       "is_default",
-      [](Stream const& s) { return is_legacy_default(s.handle); },
+      method<Stream>("is_default", [](Stream const& s) { return is_legacy_default(s.handle); }),
       "Whether this is the (legacy) default stream.")
     .def(
       "is_per_thread_default",
-      [](Stream const& s) { return s.handle == cudaStreamPerThread; },
+      method<Stream>("is_per_thread_default",
+                     [](Stream const& s) { return s.handle == cudaStreamPerThread; }),
       "Whether this is the per-thread default stream.")
     .def_prop_ro(
       "handle", getter<Stream>("handle", [](Stream const& s) { return handle_int(s); }),
@@ -302,14 +304,17 @@ nbrmm.CudaError
       "The wrapped Python object, or None when this Stream was not made from one.")
     .def(
       "__eq__",
-      [](Stream const& s, nb::handle other) -> nb::object {
-        if (!nb::isinstance<Stream>(other) || !nb::inst_ready(other)) {
+      [](nb::handle_t<Stream> self, nb::handle other) -> nb::object {
+        // (an uninitialized Stream is no stream: == falls back to identity)
+        if (!nb::inst_ready(self) || !nb::isinstance<Stream>(other) || !nb::inst_ready(other)) {
           return nb::borrow(Py_NotImplemented);
         }
-        return nb::bool_(s.handle == nb::inst_ptr<Stream>(other)->handle);
+        return nb::bool_(nb::inst_ptr<Stream>(self)->handle == nb::inst_ptr<Stream>(other)->handle);
       },
       nb::is_operator(), nb::sig("def __eq__(self, other: object, /) -> bool"))
-    .def("__hash__", [](Stream const& s) { return std::hash<std::uintptr_t>{}(handle_int(s)); })
+    .def("__hash__", method<Stream>("__hash__", [](Stream const& s) {
+           return std::hash<std::uintptr_t>{}(handle_int(s));
+         }))
     .def("__repr__", [](nb::handle_t<Stream> self) {
       if (!nb::inst_ready(self)) { return std::string{"<nbrmm.Stream (not initialized)>"}; }
       Stream const& s = *nb::inst_ptr<Stream>(self);

@@ -74,7 +74,9 @@ flags : CudaStreamFlags, optional
       "The next stream of the pool, or the stream ``stream_id`` modulo the pool size. The "
       "returned Stream keeps the pool alive.")
     .def(
-      "get_pool_size", [](CudaStreamPool& self) { return self.pool->get_pool_size(); },
+      "get_pool_size",
+      method<CudaStreamPool>("get_pool_size",
+                             [](CudaStreamPool& self) { return self.pool->get_pool_size(); }),
       "Number of streams in the pool.");
 }
 
