@@ -42,7 +42,9 @@ as the workload needs, with no size to choose) under a ``StatisticsResourceAdapt
 peak of bytes in use); ``NBRMM_WORKLOAD_POOL=pool`` takes
 ``PoolMemoryResource(CudaMemoryResource(), initial_pool_size=NBRMM_WORKLOAD_POOL_GIB)``
 instead, which grows by doubling once a workload outgrows its initial size (a 2 GiB pool
-under a 2.2 GiB workload holds 4 GiB). The worker runs the workload once untimed (CuPy compiles its
+under a 2.2 GiB workload holds 4 GiB). ``NBRMM_WORKLOAD_RELEASE_GIB`` gives the
+stream-ordered pool a release threshold (by default it keeps all it once held): at each
+synchronization it gives the device the free memory it holds beyond that size. The worker runs the workload once untimed (CuPy compiles its
 kernels, the pools grow), then ``NBRMM_WORKLOAD_RUNS`` timed runs; every run ends with the
 device synchronized and every array of the run dropped (the pools keep what they cache).
 A thread samples ``cudaMemGetInfo`` every ``NBRMM_WORKLOAD_SAMPLE_MS`` milliseconds for
@@ -106,6 +108,8 @@ def config():
         "runs": int(env_float("NBRMM_WORKLOAD_RUNS", 3)),
         "pool_kind": os.environ.get("NBRMM_WORKLOAD_POOL", "async"),
         "pool_bytes": int(env_float("NBRMM_WORKLOAD_POOL_GIB", gib) * GiB) // 256 * 256,
+        "release_bytes": (None if os.environ.get("NBRMM_WORKLOAD_RELEASE_GIB") in (None, "")
+                          else int(env_float("NBRMM_WORKLOAD_RELEASE_GIB", 0) * GiB)),
         "sample_ms": env_float("NBRMM_WORKLOAD_SAMPLE_MS", 1.0),
         "seed": 2026,
     }
@@ -234,7 +238,7 @@ def nbrmm_pool(cfg):
         pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(),
                                            initial_pool_size=cfg["pool_bytes"])
     elif cfg["pool_kind"] == "async":
-        pool = nbrmm.mr.CudaAsyncMemoryResource()
+        pool = nbrmm.mr.CudaAsyncMemoryResource(release_threshold=cfg["release_bytes"])
     else:
         raise ValueError(f"NBRMM_WORKLOAD_POOL: 'async' or 'pool', got {cfg['pool_kind']!r}")
     stats = nbrmm.mr.StatisticsResourceAdaptor(pool)
