@@ -277,6 +277,26 @@ def test_cycle_is_collected_after_its_buffers_are_gone():
     assert heap.bytes_in_use == 0 and len(heap.calls) == 6
 
 
+def test_calling_del_of_a_resource_frees_nothing():
+    """``__del__`` is the collector's finalizer of a resource in a cycle. Called from Python
+    on a live resource, it must not free the memory of its live buffers (in use, and
+    possibly exported)."""
+    heap = HostHeap()
+    box = _resource_in_a_cycle(heap)
+    box.bufs = [nbrmm.Buffer(n, mr=box.mr) for n in (8, 16)]
+    ptr = box.bufs[0].ptr
+    box.mr.__del__()
+    box.mr.__del__()
+    assert [b.closed for b in box.bufs] == [False, False]
+    assert heap.bytes_in_use == 24 and ptr in heap.live
+    assert box.bufs[0].ptr == ptr
+    refs = [weakref.ref(box.mr)] + [weakref.ref(b) for b in box.bufs]
+    del box
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert heap.bytes_in_use == 0  # the collector's own finalization still frees them
+
+
 @pytest.mark.parametrize("rounds", [5])
 def test_cycle_whose_callables_need_the_cycle_frees_before_clearing(rounds):
     """The deallocate callable reaches the heap only through an object of the cycle: the

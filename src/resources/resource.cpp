@@ -487,10 +487,12 @@ int resource_clear(PyObject* self)
 
 /// Run by the garbage collector before it clears any object of a cycle: the buffers that
 /// this resource's Python callables free (and so are in the cycle too) free their memory
-/// while the callables are intact.
+/// while the callables are intact. The collector marks the object finalized before it
+/// calls this; a call of `__del__()` from Python does not, and frees nothing (the buffers
+/// are alive and may be in use).
 void resource_finalize(PyObject* self)
 {
-  if (!nb::inst_ready(self)) { return; }
+  if (!nb::inst_ready(self) || PyObject_GC_IsFinalized(self) == 0) { return; }
   auto* r = nb::inst_ptr<DeviceMemoryResource>(self);
   r->holders.release_all();
 }
