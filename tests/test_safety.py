@@ -125,6 +125,16 @@ def test_dlpack_export_counts_until_the_consumer_lets_go():
     buf.close()
 
 
+@pytest.mark.parametrize("stream", [2**64, -2, -2**63 - 1, 10**30])
+def test_dlpack_stream_outside_the_handles_is_refused_and_exports_nothing(stream):
+    buf = nbrmm.Buffer(128, mr=host_heap())
+    with pytest.raises(ValueError) as info:
+        buf.__dlpack__(stream=stream)
+    assert str(info.value) == (f"stream: {stream} is not a stream handle (an int from 0 to "
+                               "2**64 - 1, or -1 for no synchronization)")
+    buf.close()  # no export was counted
+
+
 def test_unconsumed_dlpack_capsule_releases_its_export():
     buf = nbrmm.Buffer(128, mr=host_heap())
     buf.__dlpack__()  # dropped at once

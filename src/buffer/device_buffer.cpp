@@ -540,11 +540,19 @@ void order_for_consumer(Buffer& self, nb::handle consumer)
                           type_of(consumer))
                            .c_str());
   }
-  auto const value = nb::cast<long long>(consumer);
-  if (value == -1) { return; }  // the consumer asks for no synchronization
-  if (value < 0) { throw nb::value_error("stream: not a stream handle"); }
-  cudaStream_t const target =
-    value == 0 ? nullptr : reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(value));
+  int overflow = 0;
+  long long const value = PyLong_AsLongLongAndOverflow(consumer.ptr(), &overflow);
+  if (overflow == 0 && value == -1) { return; }  // the consumer asks for no synchronization
+  // A handle is an address: 0 to 2**64 - 1.
+  unsigned long long const handle = PyLong_AsUnsignedLongLong(consumer.ptr());
+  if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    throw nb::value_error(("stream: " + utf8(nb::repr(consumer)) +
+                           " is not a stream handle (an int from 0 to 2**64 - 1, or -1 for "
+                           "no synchronization)")
+                            .c_str());
+  }
+  cudaStream_t const target = reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(handle));
   cudaStream_t const producer = nb::inst_ptr<Stream>(self.stream)->handle;
   if (target == producer) { return; }
   gil_release release;
