@@ -196,6 +196,41 @@ def test_python_subclass_must_implement_both_methods():
         nbrmm.mr.DeviceMemoryResource()
 
 
+def test_the_adaptor_base_class_cannot_be_made():
+    with pytest.raises(TypeError) as info:
+        nbrmm.mr.UpstreamResourceAdaptor(HostHeap().resource())
+    assert str(info.value).startswith("UpstreamResourceAdaptor is the base class of "
+                                      "nbrmm's adaptors and cannot be made itself")
+    with pytest.raises(TypeError, match="upstream_mr"):
+        nbrmm.mr.UpstreamResourceAdaptor()
+
+
+@pytest.mark.parametrize("base", [nbrmm.mr.PoolMemoryResource, nbrmm.mr.LoggingResourceAdaptor,
+                                  nbrmm.mr.CallbackMemoryResource,
+                                  nbrmm.mr.UpstreamResourceAdaptor])
+def test_a_subclass_of_a_concrete_resource_is_not_made_by_the_base_init(base):
+    """Its C++ object is the concrete class's: DeviceMemoryResource.__init__ would leave
+    that class's own state unmade."""
+    heap = HostHeap()
+
+    class Sub(base):
+        def __init__(self):
+            nbrmm.mr.DeviceMemoryResource.__init__(self)
+
+        def allocate(self, nbytes, stream=None):
+            return heap.allocate(nbytes, stream)
+
+        def deallocate(self, ptr, nbytes, stream=None):
+            heap.deallocate(ptr, nbytes, stream)
+
+    with pytest.raises(TypeError) as info:
+        Sub()
+    assert str(info.value) == (
+        "DeviceMemoryResource.__init__() initializes Python subclasses of "
+        f"DeviceMemoryResource itself; {Sub.__module__}.{Sub.__name__} derives from "
+        f"nbrmm.mr.{base.__name__}: call that class's __init__ (super().__init__(...))")
+
+
 def test_python_subclass_without_references_is_collected():
     mr = PyHeapResource()
     ref = weakref.ref(mr)

@@ -513,7 +513,7 @@ def test_difference_arguments_checked_early():
         nbrmm.statistics.ProfilerRecords().report(ordered_by="bogus")
     with pytest.raises(TypeError, match="abstract"):
         mr.DeviceMemoryResource()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^UpstreamResourceAdaptor is the base class"):
         mr.UpstreamResourceAdaptor(r)
 
 

@@ -19,6 +19,7 @@
 #include <new>
 #include <unordered_map>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 namespace nbrmm {
@@ -254,6 +255,22 @@ and raise ``MemoryError`` when it cannot allocate.)doc");
             "DeviceMemoryResource is abstract: use a concrete resource, or subclass it and "
             "implement allocate() and deallocate()");
         }
+        if (nb::type_info(py_self.type()) != typeid(DeviceMemoryResource)) {
+          // A Python subclass of a concrete resource: its C++ object is that class's, which
+          // only that class's __init__ makes.
+          std::string base = "its nbrmm base class";
+          for (nb::handle t : py_self.type().attr("__mro__")) {
+            if (utf8(t.attr("__module__")).rfind("nbrmm.", 0) == 0) {
+              base = utf8(t.attr("__module__")) + "." + utf8(t.attr("__qualname__"));
+              break;
+            }
+          }
+          throw nb::type_error(("DeviceMemoryResource.__init__() initializes Python subclasses "
+                                "of DeviceMemoryResource itself; " +
+                                utf8(nb::type_name(py_self.type())) + " derives from " + base +
+                                ": call that class's __init__ (super().__init__(...))")
+                                 .c_str());
+        }
         if (!overrides(py_self, "allocate", cls) || !overrides(py_self, "deallocate", cls)) {
           throw nb::type_error(("a Python subclass of DeviceMemoryResource must implement "
                                 "allocate() and deallocate(); " +
@@ -448,6 +465,18 @@ Base class of resources that adapt an upstream resource.
 
 The adaptor owns a C++ copy of its upstream (so C++ keeps the upstream alive) and also
 keeps the Python upstream object, returned as ``upstream_mr``.)doc")
+    .def(
+      "__init__",
+      [](UpstreamResourceAdaptor*, nb::handle upstream_mr) {
+        resource_arg(upstream_mr, "upstream_mr");  // (a wrong argument is named first)
+        throw nb::type_error("UpstreamResourceAdaptor is the base class of nbrmm's adaptors "
+                             "and cannot be made itself: use a concrete adaptor (e.g. "
+                             "StatisticsResourceAdaptor), or subclass DeviceMemoryResource "
+                             "and implement allocate() and deallocate()");
+      },
+      nb::arg("upstream_mr"),
+      nb::sig("def __init__(self, upstream_mr: DeviceMemoryResource) -> None"),
+      "Not to be called: the class is the base of the concrete adaptors (raises TypeError).")
     .def_prop_ro(
       "upstream_mr",
       getter<UpstreamResourceAdaptor>("upstream_mr",

@@ -165,6 +165,11 @@ class UpstreamResourceAdaptor(DeviceMemoryResource):
     keeps the Python upstream object, returned as ``upstream_mr``.
     """
 
+    def __init__(self, upstream_mr: DeviceMemoryResource) -> None:
+        """
+        Not to be called: the class is the base of the concrete adaptors (raises TypeError).
+        """
+
     @property
     def upstream_mr(self, /) -> DeviceMemoryResource | None:
         """The upstream resource object this adaptor was created with."""
