@@ -289,6 +289,18 @@ def test_pickle5_out_of_band_and_mr_at_load_time():
     assert again.mr is chosen
 
 
+def test_reduce_checks_its_arguments():
+    buf = nbrmm.Buffer(8, mr=HostHeap().resource())
+    with pytest.raises(TypeError, match="^self: expected an nbrmm.Buffer, got int$"):
+        nbrmm.Buffer.__reduce_ex__(42, 2)
+    with pytest.raises(TypeError, match="^protocol: expected an int, got str$"):
+        buf.__reduce_ex__("5")
+    with pytest.raises(TypeError, match=r"^Buffer.__reduce_ex__\(\) missing 1 required"):
+        nbrmm.Buffer.__reduce_ex__(buf)
+    with pytest.raises(TypeError, match="^self: expected an nbrmm.Buffer, got NoneType$"):
+        nbrmm.Buffer.__reduce__(None)
+
+
 def test_unpickling_resource_checks_its_argument():
     with pytest.raises(TypeError, match="mr"):
         with nbrmm.unpickling_resource("pool"):

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nbrmm import _nbrmm
+from nbrmm._args import type_name
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -25,7 +26,12 @@ _unpickle_mr: contextvars.ContextVar[_nbrmm.DeviceMemoryResource | None] = (
 )
 
 
-def _reduce_ex(self: _nbrmm.Buffer, protocol: int) -> _Reduced:
+def __reduce_ex__(self: _nbrmm.Buffer, protocol: int) -> _Reduced:
+    # (called through the class, ``self`` may be anything)
+    if not isinstance(self, _nbrmm.Buffer):
+        raise TypeError(f"self: expected an nbrmm.Buffer, got {type_name(self)}")
+    if isinstance(protocol, bool) or not isinstance(protocol, int):
+        raise TypeError(f"protocol: expected an int, got {type_name(protocol)}")
     host = bytearray(self.size)
     self.copy_to_host(host)
     data = pickle.PickleBuffer(host) if protocol >= 5 else bytes(host)
@@ -79,11 +85,13 @@ def loads(
         return pickle.loads(data, buffers=buffers)
 
 
-def _reduce(self: _nbrmm.Buffer) -> _Reduced:
-    return _reduce_ex(self, 2)
+def __reduce__(self: _nbrmm.Buffer) -> _Reduced:
+    return __reduce_ex__(self, 2)
 
 
 # Methods of the extension's class, set here (mypy does not allow assigning methods).
-_nbrmm.Buffer.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign,assignment]
+for _method in (__reduce_ex__, __reduce__):
+    _method.__qualname__ = f"Buffer.{_method.__name__}"
+_nbrmm.Buffer.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign,assignment]
 # as rmm's DeviceBuffer has; code may call it directly
-_nbrmm.Buffer.__reduce__ = _reduce  # type: ignore[method-assign,assignment]
+_nbrmm.Buffer.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
