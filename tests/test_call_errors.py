@@ -504,6 +504,20 @@ def test_an_uninitialized_instance_is_no_value():
     assert nbrmm.DEFAULT_STREAM != bare
     assert repr(uninitialized(nbrmm.Buffer)) == "<nbrmm.Buffer (not initialized)>"
     assert repr(Forgetful()) == f"<{__name__}.Forgetful (not initialized)>"
+
+    class ForgetfulStream(nbrmm.Stream):
+        def __init__(self) -> None:
+            pass
+
+    class ForgetfulBuffer(nbrmm.Buffer):
+        def __init__(self) -> None:
+            pass
+
+    assert repr(ForgetfulStream()) == f"<{__name__}.ForgetfulStream (not initialized)>"
+    assert repr(ForgetfulBuffer()) == f"<{__name__}.ForgetfulBuffer (not initialized)>"
+    closed = nbrmm.DeviceBuffer(size=8, mr=HOST)
+    closed.close()
+    assert repr(closed) == "<nbrmm.DeviceBuffer (closed)>"
     with pytest.raises(ValueError) as info:
         nbrmm.Buffer(8, mr=HOST).copy_from_device(uninitialized(nbrmm.Buffer))
     assert str(info.value).endswith(f"got nbrmm.Buffer {NOT_INITIALIZED}")

@@ -978,16 +978,15 @@ BufferError
       method<Buffer>("__dlpack_device__", [](Buffer& self) { return dlpack_device(self); }),
       "``(device_type, device_id)`` of the memory for DLPack.")
     .def("__repr__", [](nb::handle_t<Buffer> py_self) {
-      if (!nb::inst_ready(py_self)) { return std::string{"<nbrmm.Buffer (not initialized)>"}; }
+      std::string text = "<" + utf8(nb::type_name(py_self.type()));
+      if (!nb::inst_ready(py_self)) { return text + " (not initialized)>"; }
       Buffer& self = buffer_of(py_self);
-      if (!self.mem.has_value()) { return std::string{"<nbrmm.Buffer (closed)>"}; }
+      if (!self.mem.has_value()) { return text + " (closed)>"; }
       char ptr[32];
       std::snprintf(ptr, sizeof ptr, "0x%llx",
                     static_cast<unsigned long long>(
                       reinterpret_cast<std::uintptr_t>(self.mem->data())));
-      std::string text{"<"};
-      text.append(utf8(nb::type_name(py_self.type())))
-        .append(" size=")
+      text.append(" size=")
         .append(std::to_string(self.mem->size()))
         .append(" ptr=")
         .append(ptr)

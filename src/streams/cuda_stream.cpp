@@ -316,9 +316,10 @@ nbrmm.CudaError
            return std::hash<std::uintptr_t>{}(handle_int(s));
          }))
     .def("__repr__", [](nb::handle_t<Stream> self) {
-      if (!nb::inst_ready(self)) { return std::string{"<nbrmm.Stream (not initialized)>"}; }
+      std::string const type = utf8(nb::type_name(self.type()));
+      if (!nb::inst_ready(self)) { return "<" + type + " (not initialized)>"; }
       Stream const& s = *nb::inst_ptr<Stream>(self);
-      return "<nbrmm.Stream handle=0x" + [&] {
+      return "<" + type + " handle=0x" + [&] {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(handle_int(s)));
         return std::string{buf};
