@@ -273,7 +273,7 @@ class Buffer:
         Raises
         ------
         BufferError
-            If the memory would move while it is exported or in use by another thread.
+            If the memory would move while it is exported or in use by a copy still running.
         """
 
     def resize(self, new_size: int | str, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
@@ -283,7 +283,7 @@ class Buffer:
         Raises
         ------
         BufferError
-            If the memory would move while it is exported or in use by another thread.
+            If the memory would move while it is exported or in use by a copy still running.
         """
 
     def shrink_to_fit(self, stream: nbrmm._typing.CudaStreamLike = ...) -> None:
@@ -293,7 +293,7 @@ class Buffer:
         Raises
         ------
         BufferError
-            If the memory would move while it is exported or in use by another thread.
+            If the memory would move while it is exported or in use by a copy still running.
         """
 
     def copy(self, mr: DeviceMemoryResource | None = None, stream: nbrmm._typing.CudaStreamLike | None = None) -> Self:
@@ -369,7 +369,7 @@ class Buffer:
         ------
         BufferError
             While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
-            alive) or in use by another thread.
+            alive) or in use by a copy or resize still running.
         """
 
     def __enter__(self) -> Self:

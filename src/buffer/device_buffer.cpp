@@ -131,7 +131,10 @@ buffer_memory& Buffer::get(char const* what)
     throw nb::value_error((std::string{what} + ": the buffer is closed").c_str());
   }
   if (mutating) {
-    PyErr_Format(PyExc_BufferError, "%s: the buffer is being resized by another thread", what);
+    PyErr_Format(PyExc_BufferError,
+                 "%s: the buffer is being resized (on another thread, or by the call this code "
+                 "runs inside)",
+                 what);
     throw nb::python_error();
   }
   return *mem;
@@ -167,7 +170,11 @@ bool Buffer::release(release_mode mode)
 {
   if (!mem.has_value()) { return true; }
   if (mode == release_mode::close) {
-    if (mutating || readers != 0) { buffer_error("close", "the buffer is in use by another thread"); }
+    if (mutating || readers != 0) {
+      buffer_error("close",
+                   "the buffer is in use by a copy or resize still running (on another "
+                   "thread, or the call this code runs inside)");
+    }
     if (exports != 0) { buffer_error("close", exports_text(exports)); }
   } else if (exports != 0 || readers != 0 || mutating) {
     return false;  // the memory is still in use: it is freed when the buffer dies
@@ -494,7 +501,11 @@ void mutate(Buffer& self, nb::handle stream, char const* what, bool (*moves)(buf
   nb::object s_obj   = stream_object(stream, "stream");
   cuda::stream_ref s = nb::inst_ptr<Stream>(s_obj)->ref();
   auto& b            = self.get(what);
-  if (self.readers != 0) { buffer_error(what, "the buffer is in use by another thread"); }
+  if (self.readers != 0) {
+    buffer_error(what,
+                 "the buffer is in use by a copy still running (on another thread, or the "
+                 "call this code runs inside)");
+  }
   if (moves(b, n)) {
     if (self.exports != 0) { buffer_error(what, exports_text(self.exports)); }
     check_reentry(self.mr, what);
@@ -636,7 +647,9 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
     return -1;
   }
   if (b->mutating) {
-    PyErr_SetString(PyExc_BufferError, "the buffer is being resized by another thread");
+    PyErr_SetString(PyExc_BufferError,
+                    "the buffer is being resized (on another thread, or by the call this code "
+                    "runs inside)");
     return -1;
   }
   if (!nb::inst_ptr<DeviceMemoryResource>(b->mr)->host_accessible) {
@@ -809,7 +822,7 @@ and a resize that would move the memory raise ``BufferError`` (as for ``bytearra
 Raises
 ------
 BufferError
-    If the memory would move while it is exported or in use by another thread.)doc")
+    If the memory would move while it is exported or in use by a copy still running.)doc")
     .def(
       "resize",
       method<Buffer>("resize", [](Buffer& self, nb::handle new_size, nb::handle stream) {
@@ -824,7 +837,7 @@ BufferError
 Raises
 ------
 BufferError
-    If the memory would move while it is exported or in use by another thread.)doc")
+    If the memory would move while it is exported or in use by a copy still running.)doc")
     .def(
       "shrink_to_fit",
       method<Buffer>("shrink_to_fit", [](Buffer& self, nb::handle stream) {
@@ -838,7 +851,7 @@ BufferError
 Raises
 ------
 BufferError
-    If the memory would move while it is exported or in use by another thread.)doc")
+    If the memory would move while it is exported or in use by a copy still running.)doc")
     .def(
       "copy",
       [](nb::handle_t<Buffer> py_self, nb::handle mr, nb::handle stream) {
@@ -945,7 +958,7 @@ Raises
 ------
 BufferError
     While the buffer is exported (a memoryview, NumPy array or DLPack tensor of it is
-    alive) or in use by another thread.)doc")
+    alive) or in use by a copy or resize still running.)doc")
     .def(
       "__enter__",
       [](nb::handle_t<Buffer> self) {
