@@ -125,6 +125,61 @@ def test_the_matrix_covers_the_public_api():
     assert len(CASES) >= 45
 
 
+class FakeArray:
+    """An object whose ``__cuda_array_interface__`` is what the test says."""
+
+    def __init__(self, interface):
+        self.__cuda_array_interface__ = interface
+
+
+def _interface(**entries):
+    return {"shape": (4,), "typestr": "|u1", "data": (0, False), "version": 3, **entries}
+
+
+# (id, interface, exception, message): what another library's malformed interface gives.
+BAD_INTERFACES = [
+    ("not-a-dict", [1, 2], TypeError, "cuda_ary: __cuda_array_interface__ must be a dict, got list"),
+    ("no-shape", {"typestr": "|u1", "data": (0, False)}, KeyError,
+     "cuda_ary: __cuda_array_interface__ has no 'shape'"),
+    ("shape-negative", _interface(shape=(-1,)), ValueError,
+     "cuda_ary: __cuda_array_interface__['shape'] holds -1; expected an int from 0 to 2**64 - 1"),
+    ("shape-huge", _interface(shape=(HUGE,)), OverflowError,
+     f"cuda_ary: __cuda_array_interface__['shape'] holds {HUGE}; expected an int from 0 to "
+     "2**64 - 1"),
+    ("shape-str", _interface(shape=("a",)), TypeError,
+     "cuda_ary: an int is expected in __cuda_array_interface__['shape'], got str"),
+    ("shape-int", _interface(shape=4), TypeError,
+     "cuda_ary: __cuda_array_interface__['shape'] must be a tuple, got int"),
+    ("typestr-int", _interface(typestr=5), TypeError,
+     "cuda_ary: __cuda_array_interface__['typestr'] must be a str, got int"),
+    ("data-empty", _interface(data=()), IndexError,
+     "cuda_ary: __cuda_array_interface__['data'] must be a (pointer, read-only) tuple"),
+    ("data-negative", _interface(data=(-5, False)), OverflowError,
+     "cuda_ary: __cuda_array_interface__['data'] holds -5; expected an int from 0 to 2**64 - 1"),
+    ("data-None", _interface(data=(None, False)), TypeError,
+     "cuda_ary: an int is expected in __cuda_array_interface__['data'], got None"),
+    ("strides-short", _interface(shape=(4, 4), strides=(4,)), ValueError,
+     "cuda_ary: __cuda_array_interface__['strides'] has 1 entries for 2 dimensions"),
+    ("strides-str", _interface(strides="ab"), TypeError,
+     "cuda_ary: __cuda_array_interface__['strides'] must be a tuple, got str"),
+    ("stream-str", _interface(stream="x"), TypeError,
+     "cuda_ary: an int is expected in __cuda_array_interface__['stream'], got str"),
+]
+
+
+@pytest.mark.parametrize(("interface", "exc", "message"), [c[1:] for c in BAD_INTERFACES],
+                         ids=[c[0] for c in BAD_INTERFACES])
+def test_a_malformed_cuda_array_interface_is_named(interface, exc, message):
+    """Another library's malformed ``__cuda_array_interface__`` (an empty ``data`` tuple
+    crashed the interpreter; the others raised ``RuntimeError: std::bad_cast``)."""
+    buf = nbrmm.Buffer(16, mr=HostHeap().resource())
+    with pytest.raises(exc) as info:
+        buf.copy_from_device(FakeArray(interface))
+    text = info.value.args[0] if exc is KeyError else str(info.value)
+    assert text == message
+    buf.close()  # nothing of the buffer stayed in use
+
+
 def test_text_that_is_not_valid_utf8_is_named_escaped():
     # Lone surrogates in a size string, in a class's name and in a keyword: nbrmm's own
     # messages, the text escaped (never a C++ conversion error).

@@ -20,6 +20,7 @@
 #include <rmm/device_buffer.hpp>
 #include <rmm/prefetch.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -232,6 +233,90 @@ bool is_buffer(nb::handle obj) noexcept
          nb::inst_ready(obj);
 }
 
+/// The entries of another library's `__cuda_array_interface__`, read with checks; the
+/// messages name `param` and the entry.
+class interface_reader {
+ public:
+  interface_reader(nb::object cai, char const* param) : cai_{std::move(cai)}, param_{param}
+  {
+    if (!PyDict_Check(cai_.ptr())) {
+      throw nb::type_error((std::string{param} +
+                            ": __cuda_array_interface__ must be a dict, got " + type_of(cai_))
+                             .c_str());
+    }
+  }
+
+  /// The entry `key`; KeyError when it is missing.
+  [[nodiscard]] nb::handle get(char const* key) const
+  {
+    nb::handle const value = optional(key);
+    if (!value.is_valid()) {
+      std::string const text = std::string{param_} + ": __cuda_array_interface__ has no '" +
+                               key + "'";
+      PyErr_SetObject(PyExc_KeyError, nb::str(text.c_str()).ptr());
+      throw nb::python_error();
+    }
+    return value;
+  }
+
+  /// The entry `key`, or an invalid handle when it is missing or None.
+  [[nodiscard]] nb::handle optional(char const* key) const
+  {
+    PyObject* value = PyDict_GetItemString(cai_.ptr(), key);  // (borrowed)
+    return value == nullptr || value == Py_None ? nb::handle{} : nb::handle{value};
+  }
+
+  /// The tuple or list `key`, as a tuple.
+  [[nodiscard]] nb::tuple sequence(char const* key) const
+  {
+    nb::handle const value = get(key);
+    if (!PyTuple_Check(value.ptr()) && !PyList_Check(value.ptr())) {
+      throw nb::type_error((where(key) + " must be a tuple, got " + type_of(value)).c_str());
+    }
+    return nb::steal<nb::tuple>(PySequence_Tuple(value.ptr()));
+  }
+
+  /// The str `key`.
+  [[nodiscard]] std::string text(char const* key) const
+  {
+    nb::handle const value = get(key);
+    if (!PyUnicode_Check(value.ptr())) {
+      throw nb::type_error((where(key) + " must be a str, got " + type_of(value)).c_str());
+    }
+    return utf8(value);
+  }
+
+  /// `value`, an int from 0 to 2**64 - 1 read from the entry `key`.
+  [[nodiscard]] std::uint64_t integer(nb::handle value, char const* key) const
+  {
+    if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
+      throw nb::type_error((std::string{param_} + ": an int is expected in " + entry(key) +
+                            ", got " + type_of(value))
+                             .c_str());
+    }
+    unsigned long long const v = PyLong_AsUnsignedLongLong(value.ptr());
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+      PyErr_Clear();
+      throw_range_error(where(key) + " holds " + utf8(value) +
+                        "; expected an int from 0 to 2**64 - 1");
+    }
+    return v;
+  }
+
+ private:
+  [[nodiscard]] static std::string entry(char const* key)
+  {
+    return std::string{"__cuda_array_interface__['"} + key + "']";
+  }
+  [[nodiscard]] std::string where(char const* key) const
+  {
+    return std::string{param_} + ": " + entry(key);
+  }
+
+  nb::object cai_;
+  char const* param_;
+};
+
 /// A contiguous device array given by __cuda_array_interface__ (or an nbrmm Buffer, which
 /// stays pinned as a reader while this object lives).
 class device_source {
@@ -252,10 +337,13 @@ class device_source {
                             type_of(obj, nb::type<Buffer>()))
                              .c_str());
     }
-    nb::dict cai          = nb::cast<nb::dict>(obj.attr("__cuda_array_interface__"));
-    nb::tuple shape       = nb::cast<nb::tuple>(cai["shape"]);
-    std::string typestr   = nb::cast<std::string>(cai["typestr"]);
-    std::size_t itemsize  = 0;
+    // Another library's dict, read with checks: a malformed one is that library's error,
+    // reported naming the entry (the classes are rmm's: KeyError for a missing entry,
+    // TypeError for a wrong type, IndexError for an empty `data`).
+    interface_reader const cai{obj.attr("__cuda_array_interface__"), param};
+    nb::tuple const shape = cai.sequence("shape");
+    std::string const typestr = cai.text("typestr");
+    std::size_t itemsize      = 0;
     try {
       itemsize = std::stoul(typestr.substr(2));
     } catch (std::exception const&) {
@@ -263,7 +351,7 @@ class device_source {
     }
     std::size_t count = 1;
     for (nb::handle dim : shape) {
-      auto const extent = nb::cast<std::size_t>(dim);
+      auto const extent = cai.integer(dim, "shape");
       if (extent != 0 && count > max_request / extent) {
         throw nb::value_error((std::string{param} + ": the array is too large").c_str());
       }
@@ -272,23 +360,36 @@ class device_source {
     if (itemsize != 0 && count > max_request / itemsize) {
       throw nb::value_error((std::string{param} + ": the array is too large").c_str());
     }
-    if (cai.contains("strides") && !cai["strides"].is_none()) {
-      nb::tuple strides    = nb::cast<nb::tuple>(cai["strides"]);
+    if (nb::handle const given = cai.optional("strides"); given.is_valid()) {
+      nb::tuple const strides = cai.sequence("strides");
+      if (nb::len(strides) != nb::len(shape)) {
+        throw nb::value_error((std::string{param} + ": __cuda_array_interface__['strides'] has " +
+                               std::to_string(nb::len(strides)) + " entries for " +
+                               std::to_string(nb::len(shape)) + " dimensions")
+                                .c_str());
+      }
       std::size_t expected = itemsize;
       for (std::size_t i = nb::len(shape); i-- > 0;) {
-        auto const extent = nb::cast<std::size_t>(shape[i]);
-        if (extent > 1 && nb::cast<std::size_t>(strides[i]) != expected) {
+        auto const extent = cai.integer(shape[i], "shape");
+        if (extent > 1 && cai.integer(strides[i], "strides") != expected) {
           throw nb::value_error(
             (std::string{param} + ": the device array is not C-contiguous").c_str());
         }
         expected *= extent;
       }
     }
-    nb::tuple data = nb::cast<nb::tuple>(cai["data"]);
-    auto const ptr = nb::cast<std::uintptr_t>(data[0]);
-    if (cai.contains("stream") && !cai["stream"].is_none()) {
+    nb::tuple const data = cai.sequence("data");
+    if (nb::len(data) == 0) {
+      PyErr_SetString(PyExc_IndexError,
+                      (std::string{param} +
+                       ": __cuda_array_interface__['data'] must be a (pointer, read-only) tuple")
+                        .c_str());
+      throw nb::python_error();
+    }
+    auto const ptr = cai.integer(data[0], "data");
+    if (nb::handle const stream = cai.optional("stream"); stream.is_valid()) {
       // The producer asks consumers to order on its stream: wait for it.
-      auto const producer = reinterpret_cast<cudaStream_t>(nb::cast<std::uintptr_t>(cai["stream"]));
+      auto const producer = reinterpret_cast<cudaStream_t>(cai.integer(stream, "stream"));
       gil_release release;
       auto const status = cudaStreamSynchronize(producer);
       if (status != cudaSuccess) { throw_cuda_error(status, "cudaStreamSynchronize"); }
