@@ -45,8 +45,11 @@ def test_bind_rejects_bad_arguments():
         _nbrmm._torch_bind(3)
     with pytest.raises(TypeError, match="^mr: the keys"):
         _nbrmm._torch_bind({"0": HostHeap().resource()})
-    with pytest.raises(ValueError, match="^mr: device ids must be non-negative"):
-        _nbrmm._torch_bind({-1: HostHeap().resource()})
+    for key in (-1, 2**31, 2**64):
+        with pytest.raises(ValueError) as info:
+            _nbrmm._torch_bind({key: HostHeap().resource()})
+        assert str(info.value) == (
+            f"mr: device ids must be non-negative ints below 2**31, got {key}")
     with pytest.raises(TypeError, match="^mr:"):
         _nbrmm._torch_bind({0: "resource"})
     with pytest.raises(ValueError, match="^mr: the mapping is empty"):

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <climits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -165,8 +166,14 @@ int torch_bind(nb::handle mr)
       if (!PyLong_CheckExact(key.ptr())) {
         throw nb::type_error("mr: the keys of a mapping must be device ids (int)");
       }
-      int const device = nb::cast<int>(key);
-      if (device < 0) { throw nb::value_error("mr: device ids must be non-negative"); }
+      int overflow          = 0;
+      long long const id = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
+      if (overflow != 0 || id < 0 || id > INT_MAX) {
+        throw nb::value_error(("mr: device ids must be non-negative ints below 2**31, got " +
+                               utf8(nb::repr(key)))
+                                .c_str());
+      }
+      int const device = static_cast<int>(id);
       DeviceMemoryResource& r = resource_arg(value, "mr");
       if (r.device >= 0 && r.device != device) {
         throw nb::value_error(("mr: the resource for device " + std::to_string(device) +
