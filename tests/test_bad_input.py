@@ -49,6 +49,8 @@ CASES = [
     ("closed-resize", lambda r: closed_buffer(r).resize(4), ValueError, "closed"),
     ("closed-tobytes", lambda r: closed_buffer(r).tobytes(), ValueError, "closed"),
     ("closed-dlpack", lambda r: closed_buffer(r).__dlpack__(), ValueError, "closed"),
+    ("closed-with", lambda r: closed_buffer(r).__enter__(), ValueError,
+     "^__enter__: the buffer is closed$"),
     ("resize-negative", lambda r: nbrmm.Buffer(8, mr=r).resize(-1), ValueError, "new_size"),
     ("reserve-type", lambda r: nbrmm.Buffer(8, mr=r).reserve("x"), ValueError, "new_capacity"),
     ("copy-mr", lambda r: nbrmm.Buffer(8, mr=r).copy(mr=1), TypeError, "mr"),

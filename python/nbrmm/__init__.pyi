@@ -373,7 +373,9 @@ class Buffer:
         """
 
     def __enter__(self) -> Self:
-        """The buffer itself; leaving the ``with`` block closes it."""
+        """
+        The buffer itself; leaving the ``with`` block closes it (a closed buffer raises ValueError, as a closed file does).
+        """
 
     def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None, traceback: types.TracebackType | None) -> None:
         """Close the buffer (see :meth:`close`)."""

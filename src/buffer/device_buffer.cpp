@@ -1063,11 +1063,14 @@ BufferError
     .def(
       "__enter__",
       [](nb::handle_t<Buffer> self) {
-        (void)initialized<Buffer>(self, "__enter__");
+        if (!initialized<Buffer>(self, "__enter__").mem.has_value()) {
+          throw nb::value_error("__enter__: the buffer is closed");
+        }
         return nb::borrow(self);
       },
       nb::sig("def __enter__(self) -> typing.Self"),
-      "The buffer itself; leaving the ``with`` block closes it.")
+      "The buffer itself; leaving the ``with`` block closes it (a closed buffer raises "
+      "ValueError, as a closed file does).")
     .def(
       "__exit__",
       method<Buffer>("__exit__", [](Buffer& self, nb::handle, nb::handle, nb::handle) {
