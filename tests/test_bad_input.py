@@ -182,6 +182,61 @@ def test_a_malformed_cuda_array_interface_is_named(interface, exc, message):
     buf.close()  # nothing of the buffer stayed in use
 
 
+def test_an_interface_whose_entries_empty_it_is_read_safely():
+    """An entry's own code (a tuple subclass's ``__iter__``) that empties the dict, or
+    raises, while nbrmm reads it."""
+    state = {}
+
+    class Emptying(tuple):
+        def __iter__(self):
+            state["cai"].clear()
+            return iter((16,))
+
+    class Raising(tuple):
+        def __iter__(self):
+            raise RuntimeError("raised by __iter__")
+
+    class Array:
+        @property
+        def __cuda_array_interface__(self):
+            state["cai"] = _interface(shape=state["shape"])
+            return state["cai"]
+
+    buf = nbrmm.Buffer(16, mr=HostHeap().resource())
+    for _ in range(20):
+        state["shape"] = Emptying((16,))
+        with pytest.raises(KeyError, match="cuda_ary: __cuda_array_interface__ has no 'typestr'"):
+            buf.copy_from_device(Array())
+    state["shape"] = Raising((16,))
+    with pytest.raises(RuntimeError, match="^raised by __iter__$"):
+        buf.copy_from_device(Array())
+    buf.close()
+
+
+def test_a_class_with_a_hostile_members_attribute_is_named():
+    """``type_of`` reads ``__members__`` of a class passed where an instance is expected
+    (to suggest an enum member): what the class says may be anything."""
+
+    class EmptyIteration(dict):
+        def __iter__(self):
+            return iter(())
+
+    for members in (EmptyIteration(a=1), 5, [7], None):
+
+        class Odd(nbrmm.Stream):
+            __members__ = members
+
+        for call, param in ((lambda: nbrmm.Stream(Odd), "obj"),
+                            (lambda: nbrmm.Buffer(8, mr=HostHeap().resource(), stream=Odd),
+                             "stream")):
+            with pytest.raises(TypeError) as info:
+                call()
+            name = Odd.__qualname__
+            assert str(info.value) == (
+                f"{param}: expected an nbrmm.Stream or an object implementing __cuda_stream__, "
+                f"got the class {name}; pass an instance, e.g. {name}(...)")
+
+
 def test_text_that_is_not_valid_utf8_is_named_escaped():
     # Lone surrogates in a size string, in a class's name and in a keyword: nbrmm's own
     # messages, the text escaped (never a C++ conversion error).

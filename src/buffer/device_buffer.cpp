@@ -246,10 +246,11 @@ class interface_reader {
     }
   }
 
-  /// The entry `key`; KeyError when it is missing.
-  [[nodiscard]] nb::handle get(char const* key) const
+  /// The entry `key` (a reference of its own: the entries' code may empty the dict); KeyError
+  /// when it is missing.
+  [[nodiscard]] nb::object get(char const* key) const
   {
-    nb::handle const value = optional(key);
+    nb::object value = optional(key);
     if (!value.is_valid()) {
       std::string const text = std::string{param_} + ": __cuda_array_interface__ has no '" +
                                key + "'";
@@ -259,27 +260,30 @@ class interface_reader {
     return value;
   }
 
-  /// The entry `key`, or an invalid handle when it is missing or None.
-  [[nodiscard]] nb::handle optional(char const* key) const
+  /// The entry `key` (a reference of its own), or an invalid object when it is missing or
+  /// None.
+  [[nodiscard]] nb::object optional(char const* key) const
   {
     PyObject* value = PyDict_GetItemString(cai_.ptr(), key);  // (borrowed)
-    return value == nullptr || value == Py_None ? nb::handle{} : nb::handle{value};
+    return value == nullptr || value == Py_None ? nb::object{} : nb::borrow(value);
   }
 
   /// The tuple or list `key`, as a tuple.
   [[nodiscard]] nb::tuple sequence(char const* key) const
   {
-    nb::handle const value = get(key);
+    nb::object const value = get(key);
     if (!PyTuple_Check(value.ptr()) && !PyList_Check(value.ptr())) {
       throw nb::type_error((where(key) + " must be a tuple, got " + type_of(value)).c_str());
     }
-    return nb::steal<nb::tuple>(PySequence_Tuple(value.ptr()));
+    PyObject* items = PySequence_Tuple(value.ptr());  // (a subclass's __iter__ may raise)
+    if (items == nullptr) { throw nb::python_error(); }
+    return nb::steal<nb::tuple>(items);
   }
 
   /// The str `key`.
   [[nodiscard]] std::string text(char const* key) const
   {
-    nb::handle const value = get(key);
+    nb::object const value = get(key);
     if (!PyUnicode_Check(value.ptr())) {
       throw nb::type_error((where(key) + " must be a str, got " + type_of(value)).c_str());
     }
@@ -360,7 +364,7 @@ class device_source {
     if (itemsize != 0 && count > max_request / itemsize) {
       throw nb::value_error((std::string{param} + ": the array is too large").c_str());
     }
-    if (nb::handle const given = cai.optional("strides"); given.is_valid()) {
+    if (cai.optional("strides").is_valid()) {
       nb::tuple const strides = cai.sequence("strides");
       if (nb::len(strides) != nb::len(shape)) {
         throw nb::value_error((std::string{param} + ": __cuda_array_interface__['strides'] has " +
@@ -387,7 +391,7 @@ class device_source {
       throw nb::python_error();
     }
     auto const ptr = cai.integer(data[0], "data");
-    if (nb::handle const stream = cai.optional("stream"); stream.is_valid()) {
+    if (nb::object const stream = cai.optional("stream"); stream.is_valid()) {
       // The producer asks consumers to order on its stream: wait for it.
       auto const producer = reinterpret_cast<cudaStream_t>(cai.integer(stream, "stream"));
       gil_release release;

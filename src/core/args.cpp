@@ -149,19 +149,28 @@ std::string type_of(nb::handle obj, nb::handle expected)
     if (nb::inst_check(obj) && !nb::inst_ready(obj)) { name += not_initialized_note; }
     return name;
   }
-  std::string const name = utf8(obj.attr("__qualname__"));
+  // The class is the caller's: what it says of itself may be anything, or raise.
+  nb::object const qualname = nb::getattr(obj, "__qualname__", nb::none());
+  std::string const name    = PyUnicode_Check(qualname.ptr()) != 0
+                                ? utf8(qualname)
+                                : std::string{reinterpret_cast<PyTypeObject*>(obj.ptr())->tp_name};
   std::string text = "the class " + name;
   if (expected.is_valid()) {
     int const derived = PyObject_IsSubclass(obj.ptr(), expected.ptr());
     if (derived < 0) { PyErr_Clear(); }
     if (derived == 1) {
+      // An enum names its first member; any other class (or a __members__ that yields
+      // nothing, or not a str) gets an instance.
+      std::string member;
       nb::object const members = nb::getattr(obj, "__members__", nb::none());
-      if (!members.is_none() && nb::len(members) > 0) {
-        nb::iterator const names = nb::iter(members);
-        text += "; pass a member, e.g. " + name + "." + utf8(*names);
-      } else {
-        text += "; pass an instance, e.g. " + name + "(...)";
+      if (!members.is_none()) {
+        nb::object const names = nb::steal(PyObject_GetIter(members.ptr()));
+        nb::object const first = names.is_valid() ? nb::steal(PyIter_Next(names.ptr())) : nb::object{};
+        if (first.is_valid() && PyUnicode_Check(first.ptr()) != 0) { member = utf8(first); }
+        PyErr_Clear();
       }
+      text += member.empty() ? "; pass an instance, e.g. " + name + "(...)"
+                             : "; pass a member, e.g. " + name + "." + member;
     }
   }
   return text;
