@@ -147,6 +147,35 @@ def test_log_file_name_from_environment(heap, tmp_path, monkeypatch):
     assert nbrmm.mr.get_current_device_resource() is heap.mr
 
 
+@pytest.mark.parametrize(("name", "message"), [
+    ("\ud800.csv", r"^log_file_name: '.*\\ud800\.dev-?\d+\.csv' is not UTF-8 text"),
+    ("a\x00b.csv", "^log_file_name: a file name cannot hold a NUL$"),
+])
+def test_log_file_names_that_cannot_be_written_are_refused(heap, tmp_path, name, message):
+    """A name with lone surrogates (undecodable bytes, as os.listdir gives them) or a NUL
+    (which would cut the name short) is refused, not written under another name."""
+    with pytest.raises(ValueError, match=message):
+        nbrmm.mr.LoggingResourceAdaptor(heap.mr, log_file_name=str(tmp_path / name))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_file_name_from_an_undecodable_environment(heap, tmp_path, monkeypatch):
+    monkeypatch.setenv("RMM_LOG_FILE", os.fsdecode(os.fsencode(str(tmp_path)) + b"/x\xff.csv"))
+    with pytest.raises(ValueError, match=r"^log_file_name \(from RMM_LOG_FILE\): .* is not UTF-8"):
+        nbrmm.mr.LoggingResourceAdaptor(heap.mr)
+
+
+def test_a_spoofed_class_is_no_level():
+    class Spoof:
+        __class__ = property(lambda self: nbrmm.level_enum)  # type: ignore[assignment]
+
+    for call in (nbrmm.should_log, nbrmm.set_logging_level, nbrmm.set_flush_level):
+        with pytest.raises(TypeError, match="^level: must be an instance of level_enum, got "):
+            call(Spoof())
+    with pytest.raises(TypeError, match="^flags:"):
+        nbrmm.Stream(flags=Spoof())
+
+
 def test_enable_failure_changes_nothing(heap, tmp_path):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(OSError):

@@ -105,7 +105,10 @@ rmm::cuda_stream::flags stream_flags_arg(nb::handle obj, char const* param)
   using flags = rmm::cuda_stream::flags;
   if (obj.is_none()) { return flags::sync_default; }
   nb::handle const enum_type = nb::type<flags>();
-  if (PyObject_IsInstance(obj.ptr(), enum_type.ptr()) == 1) { return nb::cast<flags>(obj); }
+  // (the object's own type: a __class__ that claims the enum is no member)
+  if (PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(enum_type.ptr())) != 0) {
+    return nb::cast<flags>(obj);
+  }
   if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
     int overflow = 0;
     long long const v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);

@@ -34,8 +34,9 @@ An ``IntEnum``: levels compare by severity (``level_enum.debug < level_enum.warn
 
   // rmm accepts only level_enum members (an int raises TypeError); so does nbrmm.
   auto level_arg = [](nb::handle level) {
-    if (PyObject_IsInstance(level.ptr(), nb::type<level_enum>().ptr()) != 1) {
-      PyErr_Clear();
+    // (the object's own type: a __class__ that claims the enum is no member)
+    if (PyObject_TypeCheck(level.ptr(),
+                           reinterpret_cast<PyTypeObject*>(nb::type<level_enum>().ptr())) == 0) {
       throw nb::type_error(("level: must be an instance of level_enum, got " +
                             type_of(level, nb::type<level_enum>()))
                              .c_str());

@@ -24,13 +24,16 @@ struct LoggingResourceAdaptor : UpstreamResourceAdaptor {
 std::string log_path(nb::handle log_file_name, int device)
 {
   nb::object name;
+  char const* source = "log_file_name";
   if (log_file_name.is_none()) {
     char const* env = std::getenv("RMM_LOG_FILE");
     if (env == nullptr || *env == '\0') {
       throw nb::value_error(
         "log_file_name: give a file name, or set the RMM_LOG_FILE environment variable");
     }
-    name = nb::str(env);
+    source = "log_file_name (from RMM_LOG_FILE)";
+    name   = nb::steal(PyUnicode_DecodeFSDefault(env));  // as os.environ reads it
+    if (!name.is_valid()) { throw nb::python_error(); }
   } else {
     nb::object fspath = nb::module_::import_("os").attr("fspath");
     if (!nb::isinstance<nb::str>(log_file_name) &&
@@ -48,7 +51,20 @@ std::string log_path(nb::handle log_file_name, int device)
   nb::module_ path = nb::module_::import_("os.path");
   nb::tuple parts  = nb::borrow<nb::tuple>(path.attr("splitext")(name));
   nb::str with_id  = nb::str("{}.dev{}{}").format(parts[0], device, parts[1]);
-  return nb::cast<std::string>(path.attr("abspath")(with_id));
+  nb::object const absolute = path.attr("abspath")(with_id);
+  Py_ssize_t size           = 0;
+  char const* text          = PyUnicode_AsUTF8AndSize(absolute.ptr(), &size);
+  if (text == nullptr) {  // lone surrogates: bytes of the name that are not UTF-8
+    PyErr_Clear();
+    throw nb::value_error((std::string{source} + ": " + utf8(nb::repr(absolute)) +
+                           " is not UTF-8 text, which the log file's name must be")
+                            .c_str());
+  }
+  std::string out{text, static_cast<std::size_t>(size)};
+  if (out.find('\0') != std::string::npos) {
+    throw nb::value_error((std::string{source} + ": a file name cannot hold a NUL").c_str());
+  }
+  return out;
 }
 
 }  // namespace
