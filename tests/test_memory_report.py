@@ -42,7 +42,7 @@ from nbrmm.memory import (
 )
 from nbrmm.memory._torch_format import SnapshotFormatError
 
-from helpers import browser_env
+from helpers import browser_env, run_python
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -463,6 +463,22 @@ def test_load_refuses_what_is_not_a_snapshot(tmp_path: Path, content: bytes, mes
         Snapshot.load(path)
     assert str(path) in str(info.value)
     assert not TRAPPED, "load ran code from the file"
+
+
+def test_load_survives_a_key_nested_deeper_than_the_stack(tmp_path: Path) -> None:
+    """A dict key that is a tuple nested two million deep (2 MB): CPython hashes it
+    recursively in C while unpickling, which overflowed the stack of the loading thread."""
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(b"\x80\x02}K\x00" + b"\x85" * 2_000_000 + b"K\x01s.")
+    done = run_python(f"""
+        import nbrmm.memory
+        try:
+            nbrmm.memory.Snapshot.load({str(path)!r})
+        except nbrmm.memory.SnapshotFormatError as e:
+            print("refused:", e)
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "no 'segments', 'device_traces' or 'nbrmm' key" in done.stdout
 
 
 def test_load_refuses_a_truncated_dump(tmp_path: Path, dumped: Path) -> None:
