@@ -123,6 +123,56 @@ def test_flags_only_for_new_streams():
         nbrmm.Stream(ForeignStream(5), flags=nbrmm.CudaStreamFlags.NON_BLOCKING)
 
 
+def test_stream_protocol_values_are_ints_not_bools():
+    """A bool is no stream handle (True would be the legacy default stream); a version
+    that is an int subclass equal to 0 (an IntEnum) is version 0."""
+    import enum
+
+    class Version(enum.IntEnum):
+        ZERO = 0
+
+    def stream_like(protocol):
+        return type("S", (), {"__cuda_stream__": lambda self: protocol})()
+
+    with pytest.raises(TypeError, match=r"^obj: the stream handle from __cuda_stream__\(\) must "
+                                        "be an int, got bool$"):
+        nbrmm.Stream(stream_like((0, True)))
+    with pytest.raises(TypeError, match="^obj: the stream handle from .ptr must be an int"):
+        nbrmm.Stream(type("P", (), {"ptr": True})())
+    with pytest.raises(NotImplementedError, match="returned version False"):
+        nbrmm.Stream(stream_like((False, 5)))
+    assert nbrmm.Stream(stream_like((Version.ZERO, 5))).handle == 5
+
+
+def test_stream_conversions_name_their_own_parameter():
+    """Where nbrmm makes a Stream for another parameter, the errors name that parameter,
+    also when the object answers otherwise the second time it is asked; an error the
+    object raises itself goes on as it is."""
+    pytest.importorskip("cuda.core")
+    from nbrmm.interop import from_cuda_core_stream
+
+    class Fickle:
+        calls = 0
+
+        def __cuda_stream__(self):
+            Fickle.calls += 1
+            return (0, 5) if Fickle.calls == 1 else (0, -7)
+
+    with pytest.raises(ValueError, match="^stream: the stream handle from __cuda_stream__"):
+        from_cuda_core_stream(Fickle())
+
+    class OwnError(ValueError):
+        def __init__(self, a, b):
+            super().__init__(a)
+
+    class Raising:
+        def __cuda_stream__(self):
+            raise OwnError("its own", "words")
+
+    with pytest.raises(OwnError, match="^its own$"):
+        from_cuda_core_stream(Raising())
+
+
 def test_foreign_stream_accepted_directly_by_allocating_calls():
     heap = HostHeap()
     mr = heap.resource()

@@ -4,7 +4,7 @@ pointers, each error naming its parameter."""
 from __future__ import annotations
 
 import operator
-from typing import SupportsIndex
+from typing import Any, SupportsIndex
 
 
 def type_name(obj: object) -> str:
@@ -37,3 +37,21 @@ def check_ptr(ptr: SupportsIndex) -> int:
     if not 0 <= ptr < 1 << 64:
         raise ValueError(f"ptr: not a pointer value: {ptr}")
     return ptr
+
+
+def stream_for(obj: object, param: str) -> Any:
+    """``nbrmm.Stream(obj)``, its errors worded for ``param`` (``Stream``'s own parameter is
+    ``obj``). An error the object's own code raised goes on as it is."""
+    from nbrmm import _nbrmm
+
+    try:
+        return _nbrmm.Stream(obj)
+    except (TypeError, ValueError, NotImplementedError) as error:
+        text = str(error)
+        if not text.startswith("obj: "):
+            raise
+        try:
+            renamed = type(error)(f"{param}: {text.removeprefix('obj: ')}")
+        except Exception:  # noqa: BLE001 - a class that takes other arguments: as it is
+            raise error from None
+        raise renamed from None

@@ -34,7 +34,7 @@ constexpr cudaStream_t default_stream_handle{};
 /// conversion to a C handle raises) outside that range; messages name `param`.
 cudaStream_t handle_from_int(nb::handle value, char const* param, char const* source)
 {
-  if (!PyLong_Check(value.ptr())) {
+  if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
     throw nb::type_error((std::string{param} + ": the stream handle from " + source +
                           " must be an int, got " + type_of(value))
                            .c_str());
@@ -73,7 +73,8 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
                              .c_str());
     }
     nb::handle const version{PyTuple_GetItem(proto.ptr(), 0)};
-    if (!PyLong_CheckExact(version.ptr()) || PyLong_AsLong(version.ptr()) != 0) {
+    if (!PyLong_Check(version.ptr()) || PyBool_Check(version.ptr()) ||
+        PyLong_AsLong(version.ptr()) != 0) {
       PyErr_Clear();  // (an overflowing version is just another version)
       std::string const text = std::string{param} + ": __cuda_stream__() returned version " +
                                nb::repr(version).c_str() +

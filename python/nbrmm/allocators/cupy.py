@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbrmm import _nbrmm
 from nbrmm._args import check_size as _check_size
+from nbrmm._args import stream_for as _stream_for
 from nbrmm._nbrmm import Stream  # rmm.allocators.cupy has it too
 from nbrmm.allocators import _Missing
 from nbrmm.memory import _register_hook
@@ -122,12 +123,7 @@ class CupyAllocator:
             if isinstance(stream, Stream):
                 fixed = _nbrmm._as_stream(stream)  # itself (refused if never initialized)
             else:
-                try:
-                    fixed = Stream(stream)
-                except (TypeError, ValueError, NotImplementedError) as error:
-                    # Stream's own message names its parameter, ``obj``.
-                    message = str(error).removeprefix("obj: ")
-                    raise type(error)(f"stream: {message}") from None
+                fixed = _stream_for(stream, "stream")
         self._mr = mr
         self._stream = fixed
         self._device = device  # the device ``mr`` serves; -1: any (or the current one)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import cuda.core as cc
 
 import nbrmm
+from nbrmm._args import stream_for
 from nbrmm._nbrmm import _as_stream
 from nbrmm.interop._args import stream_handle
 
@@ -108,7 +109,7 @@ def from_cuda_core_stream(stream: CudaStreamLike) -> nbrmm.Stream:
     if isinstance(stream, nbrmm.Stream):
         return _as_stream(stream)  # itself (refused if its __init__ never ran)
     stream_handle(stream)  # a clear error naming the parameter
-    return nbrmm.Stream(stream)
+    return stream_for(stream, "stream")  # (read again: the object may answer otherwise)
 
 
 def cuda_core_stream_for_nbrmm(stream: CudaStreamLike, device: int) -> cc.Stream:
