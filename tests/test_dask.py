@@ -422,6 +422,15 @@ def test_dask_family_round_trip_allocates_from_the_current_resource(cls_name):
         assert receiver.allocation_counts.current_bytes == SENT
 
 
+class _LyingFrame:
+    """A device frame whose ``nbytes`` differs from what its array interface describes."""
+
+    def __init__(self, nbytes, shape):
+        self.nbytes = nbytes
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "|u1", "data": (0, False),
+                                         "version": 3}
+
+
 def test_cuda_family_hands_over_the_buffer_itself():
     buf = nbrmm.Buffer(1000, mr=HostHeap().resource())
     header, frames = serialize(buf, serializers=("cuda",))
@@ -437,6 +446,11 @@ def test_cuda_family_hands_over_the_buffer_itself():
         ({"nbytes": -1}, [b""], "nbytes"),
         ({}, [b""], "nbytes"),
         ({"nbytes": "4"}, [b"1234"], "nbytes"),
+        ({"nbytes": True}, [b"1"], "^header: no valid 'nbytes'"),
+        # A device frame whose nbytes says 8 but whose array is 4 bytes would leave 4
+        # bytes of the new buffer unwritten.
+        ({"nbytes": 8}, [_LyingFrame(8, (4,))], "^frames: expected 8 bytes, got 4$"),
+        ({"nbytes": 8}, [_LyingFrame(8, "x")], "^frames: not a device array"),
     ],
 )
 @pytest.mark.parametrize("family", ["dask", "cuda"])

@@ -14,6 +14,7 @@ Two families, as distributed has for ``rmm.DeviceBuffer``:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
@@ -72,8 +73,19 @@ def _on_device(frame: _Frame) -> TypeIs[_DeviceFrame]:
 
 
 def _nbytes(frame: _Frame) -> int:
-    """The size of a frame in bytes."""
-    return frame.nbytes if _on_device(frame) else memoryview(frame).nbytes
+    """The size of a frame in bytes: for a device frame, what its
+    ``__cuda_array_interface__`` describes (what a copy from it reads), not what it says
+    its ``nbytes`` is."""
+    if not _on_device(frame):
+        return memoryview(frame).nbytes
+    try:
+        interface = frame.__cuda_array_interface__
+        size = int(str(interface["typestr"])[2:])
+        for extent in interface["shape"]:
+            size *= operator.index(extent)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(f"frames: not a device array ({type(e).__name__}: {e})") from None
+    return size
 
 
 def _expect(
@@ -83,7 +95,7 @@ def _expect(
     if len(frames) != 1:
         raise ValueError(f"frames: a {cls.__name__} travels as one frame, got {len(frames)}")
     nbytes = header.get("nbytes")
-    if not isinstance(nbytes, int) or nbytes < 0:
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
         raise ValueError(f"header: no valid 'nbytes' for a {cls.__name__}: {nbytes!r}")
     frame = frames[0]
     size = _nbytes(frame)
