@@ -126,6 +126,21 @@ def test_profile_round_trip(tmp_path):
         read_profile(tmp_path / "not.json")
 
 
+@pytest.mark.parametrize("text", [
+    '{"records": {"a": 5}}',
+    '{"records": {"a": {}}}',
+    '{"records": {"a": {"num_calls": null, "memory_total": 1, "memory_peak": 1}}}',
+    '{"records": {"a": {"num_calls": 1e400, "memory_total": 1, "memory_peak": 1}}}',
+    '{"records": {"a": {"num_calls": -1, "memory_total": 1, "memory_peak": 1}}}',
+    '{"records": {"a": {"num_calls": true, "memory_total": 1, "memory_peak": 1}}}',
+])
+def test_a_malformed_profile_is_named(tmp_path, text):
+    path = write(tmp_path / "p.json", text)
+    with pytest.raises(ValueError, match="record 'a' is not a profile record") as info:
+        read_profile(path)
+    assert str(path) in str(info.value)
+
+
 def test_real_log_parses_back_exactly(tmp_path):
     log, _, heap = record_workload(tmp_path)
     events = read_log(log)

@@ -297,6 +297,14 @@ def read_profile(path: _Path) -> _Records:
         data = json.load(f)
     if not isinstance(data, dict) or not isinstance(data.get("records"), dict):
         raise ValueError(f"{path}: not a profile written by nbrmm.plot.write_profile")
+    keys = ("num_calls", "memory_total", "memory_peak")
+    for name, record in data["records"].items():
+        values = [record.get(k) for k in keys] if isinstance(record, dict) else [None]
+        if not all(type(v) is int and v >= 0 for v in values):
+            raise ValueError(
+                f"{path}: record {name!r} is not a profile record (non-negative ints "
+                f"{', '.join(keys)})"
+            )
     return _records_dict(data["records"])
 
 
