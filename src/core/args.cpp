@@ -151,9 +151,8 @@ std::string type_of(nb::handle obj, nb::handle expected)
   }
   // The class is the caller's: what it says of itself may be anything, or raise.
   nb::object const qualname = nb::getattr(obj, "__qualname__", nb::none());
-  std::string const name    = PyUnicode_Check(qualname.ptr()) != 0
-                                ? utf8(qualname)
-                                : std::string{reinterpret_cast<PyTypeObject*>(obj.ptr())->tp_name};
+  std::string const name    = PyUnicode_Check(qualname.ptr()) != 0 ? utf8(qualname)
+                                                                      : utf8(nb::type_name(obj));
   std::string text = "the class " + name;
   if (expected.is_valid()) {
     int const derived = PyObject_IsSubclass(obj.ptr(), expected.ptr());
