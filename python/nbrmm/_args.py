@@ -1,10 +1,13 @@
-"""Checks of arguments given from Python that nbrmm's Python modules share: sizes and
-pointers, each error naming its parameter."""
+"""Checks of arguments given from Python that nbrmm's Python modules share: sizes,
+pointers and streams, each error naming its parameter."""
 
 from __future__ import annotations
 
 import operator
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
+
+if TYPE_CHECKING:
+    from nbrmm._nbrmm import Stream
 
 
 def type_name(obj: object) -> str:
@@ -39,7 +42,7 @@ def check_ptr(ptr: SupportsIndex) -> int:
     return ptr
 
 
-def stream_for(obj: object, param: str) -> Any:
+def stream_for(obj: Any, param: str) -> Stream:
     """``nbrmm.Stream(obj)``, its errors worded for ``param`` (``Stream``'s own parameter is
     ``obj``). An error the object's own code raised goes on as it is."""
     from nbrmm import _nbrmm
