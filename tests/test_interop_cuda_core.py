@@ -540,6 +540,36 @@ def test_memory_cuda_core_never_took_goes_back_when_from_handle_fails():
         adapter.allocate(8, stream=LEGACY)
 
 
+@pytest.mark.parametrize(("returned", "message"), [
+    (0, r"^Odd.allocate\(\) returned a null pointer for 16 bytes"),
+    (-5, r"^Odd.allocate\(\) returned -5, which is not a pointer value$"),
+    (2**64, rf"^Odd.allocate\(\) returned {2**64}, which is not a pointer value$"),
+    ("misaligned", r"^Odd.allocate\(\) returned 0x[0-9a-f]+, which is not aligned to 256 bytes"),
+])
+def test_a_pointer_from_a_resource_in_python_is_checked(returned, message):
+    """The adapter checks what a resource written in Python returns as nbrmm's own paths
+    do, instead of handing cuda.core a null, impossible or misaligned pointer; a
+    misaligned block goes back to the resource first."""
+    heap = HostHeap()
+    given_back = []
+
+    class Odd(nbrmm.mr.DeviceMemoryResource):
+        def allocate(self, nbytes, stream=None):
+            if returned == "misaligned":
+                return heap.allocate(nbytes, stream) + 8
+            return returned
+
+        def deallocate(self, ptr, nbytes, stream=None):
+            given_back.append((ptr, nbytes))
+            heap.deallocate(ptr - 8, nbytes, stream)
+
+    adapter = interop.to_cuda_core_memory_resource(Odd(), is_device_accessible=False)
+    with pytest.raises(nbrmm.InvalidArgumentError, match=message):
+        adapter.allocate(16, stream=LEGACY)
+    assert heap.live == {}
+    assert len(given_back) == (1 if returned == "misaligned" else 0)
+
+
 def test_memory_from_handle_never_took_goes_back_once_with_threads_at_it():
     # Threads allocate at once, some buffers made and closed, some refused by cuda.core
     # after the memory was allocated: each allocation is given back exactly once.

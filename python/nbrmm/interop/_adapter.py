@@ -243,8 +243,8 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
             ptr = 0  # (as nbrmm's resources give 0 bytes: no memory, no call of the resource)
         else:
             ptr = mr.allocate(size, on)
-        if type(ptr) is not int:
-            ptr = _pointer_from(mr, ptr)
+        if self._takes_nbrmm_streams:  # a resource in Python: its pointer, checked
+            ptr = _pointer_from(mr, ptr, size, on)
         handing_over = self._handing_over
         handing_over[ptr] = True
         try:
@@ -315,17 +315,35 @@ class NbrmmMemoryResource(cc.MemoryResource):  # type: ignore[misc]  # a base of
         )
 
 
-def _pointer_from(mr: nbrmm_mr.DeviceMemoryResource, ptr: object) -> int:
-    """What a resource written in Python returned from ``allocate``, as an int."""
+def _pointer_from(
+    mr: nbrmm_mr.DeviceMemoryResource, ptr: object, size: int, stream: Any
+) -> int:
+    """What a resource written in Python returned from ``allocate``, checked as nbrmm checks
+    it on its own paths: an int, a pointer value, not null, aligned to 256 bytes (a
+    misaligned block is given back first)."""
+    name = f"{type(mr).__name__}.allocate()"
+    value: int | None = None
     if not isinstance(ptr, bool):
         try:
-            return operator.index(ptr)  # type: ignore[arg-type]
+            value = operator.index(ptr)  # type: ignore[arg-type]
         except TypeError:
             pass
-    raise TypeError(
-        f"{type(mr).__name__}.allocate() must return the pointer as an int, got "
-        f"{type_name(ptr)}"
-    )
+    if value is None:
+        raise TypeError(f"{name} must return the pointer as an int, got {type_name(ptr)}")
+    if not 0 <= value < 1 << 64:
+        raise nbrmm.InvalidArgumentError(f"{name} returned {value}, which is not a pointer value")
+    if value == 0 and size != 0:
+        raise nbrmm.InvalidArgumentError(
+            f"{name} returned a null pointer for {size} bytes (raise MemoryError when it "
+            "cannot allocate)"
+        )
+    if value % 256 != 0:
+        _give_back(mr, value, size, stream)
+        raise nbrmm.InvalidArgumentError(
+            f"{name} returned {value:#x}, which is not aligned to 256 bytes (librmm's "
+            "resources guarantee 256-byte alignment)"
+        )
+    return value
 
 
 def _give_back(
