@@ -126,16 +126,17 @@ void buffer_memory::free() noexcept
 // Buffer
 // ------------------------------------------------------------------------------------
 
+/// Why a buffer whose memory a resize is moving cannot be used now.
+constexpr char being_resized[] =
+  "the buffer is being resized (on another thread, or by the call this code runs inside)";
+
 buffer_memory& Buffer::get(char const* what)
 {
   if (!mem.has_value()) {
     throw nb::value_error((std::string{what} + ": the buffer is closed").c_str());
   }
   if (mutating) {
-    PyErr_Format(PyExc_BufferError,
-                 "%s: the buffer is being resized (on another thread, or by the call this code "
-                 "runs inside)",
-                 what);
+    PyErr_Format(PyExc_BufferError, "%s: %s", what, being_resized);
     throw nb::python_error();
   }
   return *mem;
@@ -752,9 +753,7 @@ int buffer_getbuffer(PyObject* self, Py_buffer* view, int flags)
     return -1;
   }
   if (b->mutating) {
-    PyErr_SetString(PyExc_BufferError,
-                    "the buffer is being resized (on another thread, or by the call this code "
-                    "runs inside)");
+    PyErr_SetString(PyExc_BufferError, being_resized);
     return -1;
   }
   if (!nb::inst_ptr<DeviceMemoryResource>(b->mr)->host_accessible) {

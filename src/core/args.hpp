@@ -82,12 +82,13 @@ auto method(char const* name, F f)
   return method_of<T>(name, std::move(f), &F::operator());
 }
 
+/// The same for a function: wrapped in a lambda, so that one wrapper serves both.
 template <class T, class R, class Self, class... Args>
 auto method(char const* name, R (*f)(Self, Args...))
 {
-  return [name, f](nb::handle_t<T> self, Args... args) -> R {
-    return f(initialized<T>(self, name), std::forward<Args>(args)...);
-  };
+  return method<T>(name, [f](Self self, Args... args) -> R {
+    return f(self, std::forward<Args>(args)...);
+  });
 }
 
 /// What `obj` is, for messages "expected ..., got <this>": None, the name of its type (with
