@@ -66,6 +66,9 @@ PAIRED_INFO_REFERENCES = {
     "cupy_empty": (
         ("documented_objects_floor",
          "an allocator returning CuPy's documented objects over a held block"),
+        ("public_api_floor",
+         "the same, asking CuPy for its current device and stream as the hook does"),
+        ("floor", "librmm's C++ allocate+deallocate on the arena"),
     ),
     "cuda_core_allocate": (
         ("python_mr_floor", "a cuda.core MemoryResource in Python that allocates nothing"),

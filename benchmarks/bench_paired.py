@@ -27,7 +27,10 @@ and the target (``target``):
     arena; an allocator that hands out one block it holds as CuPy's documented objects
     (``MemoryPointer`` to an ``UnownedMemory``), allocating and freeing nothing
     (``documented_objects_floor``), shows what CuPy itself costs for any allocator built
-    on them.
+    on them. ``public_api_floor`` adds what such an allocator must ask CuPy for each call
+    (the current device and stream, through CuPy's public functions, as nbrmm's hook
+    does): all of the hook but the allocation. ``floor`` is librmm's C++ round trip on the
+    arena: a hook under CuPy's public API costs at least the sum of the two.
 ``torch_empty``
     ``torch.empty(256, dtype=uint8, device="cuda")`` through nbrmm's hook behind a
     ``torch.cuda.MemPool``, beside torch's caching allocator. Once warm, torch's caching
@@ -222,10 +225,18 @@ def bench_paired_cupy_empty(benchmark):
     device = cupy.cuda.get_device_id()
     memory_pointer, unowned_memory = cupy.cuda.MemoryPointer, cupy.cuda.UnownedMemory
 
+    get_device_id, get_current_stream = cupy.cuda.get_device_id, cupy.cuda.get_current_stream
+
     def documented_objects(nbytes):
         return memory_pointer(unowned_memory(block.ptr, nbytes, block, device), 0)
 
-    allocators = {"cupy": pool.malloc, "documented_objects_floor": documented_objects}
+    def public_api(nbytes):
+        on_device = get_device_id()
+        get_current_stream(on_device)
+        return memory_pointer(unowned_memory(block.ptr, nbytes, block, on_device), 0)
+
+    allocators = {"cupy": pool.malloc, "documented_objects_floor": documented_objects,
+                  "public_api_floor": public_api}
     with contextlib.ExitStack() as undo:
         try:
             rmm = import_impl("rmm")
@@ -256,6 +267,7 @@ def bench_paired_cupy_empty(benchmark):
         record(benchmark, "paired", "nbrmm", target="cupy_empty", resource="arena", size=NBYTES)
         benchmark.group = f"paired cupy.empty {size_id(NBYTES)}"
         references = {name: reference(a) for name, a in allocators.items()}
+        references["floor"] = lambda: _testing.allocate_round_trip_ns(arena, NBYTES, BATCH)
         Interleaved(benchmark, references, lambda: cupy.cuda.set_allocator(hook)).run(batch)
     cupy.cuda.Device().synchronize()
     del block

@@ -42,7 +42,8 @@ as the workload needs, with no size to choose) under a ``StatisticsResourceAdapt
 peak of bytes in use); ``NBRMM_WORKLOAD_POOL=pool`` takes
 ``PoolMemoryResource(CudaMemoryResource(), initial_pool_size=NBRMM_WORKLOAD_POOL_GIB)``
 instead, which grows by doubling once a workload outgrows its initial size (a 2 GiB pool
-under a 2.2 GiB workload holds 4 GiB). ``NBRMM_WORKLOAD_RELEASE_GIB`` gives the
+under a 2.2 GiB workload holds 4 GiB) unless ``NBRMM_WORKLOAD_POOL_MAX_GIB`` bounds it (a
+workload that needs more then fails with ``MemoryError``). ``NBRMM_WORKLOAD_RELEASE_GIB`` gives the
 stream-ordered pool a release threshold (by default it keeps all it once held): at each
 synchronization it gives the device the free memory it holds beyond that size. The worker runs the workload once untimed (CuPy compiles its
 kernels, the pools grow), then ``NBRMM_WORKLOAD_RUNS`` timed runs; every run ends with the
@@ -108,6 +109,9 @@ def config():
         "runs": int(env_float("NBRMM_WORKLOAD_RUNS", 3)),
         "pool_kind": os.environ.get("NBRMM_WORKLOAD_POOL", "async"),
         "pool_bytes": int(env_float("NBRMM_WORKLOAD_POOL_GIB", gib) * GiB) // 256 * 256,
+        "pool_max_bytes": (None if os.environ.get("NBRMM_WORKLOAD_POOL_MAX_GIB") in (None, "")
+                           else int(env_float("NBRMM_WORKLOAD_POOL_MAX_GIB", 0) * GiB)
+                           // 256 * 256),
         "release_bytes": (None if os.environ.get("NBRMM_WORKLOAD_RELEASE_GIB") in (None, "")
                           else int(env_float("NBRMM_WORKLOAD_RELEASE_GIB", 0) * GiB)),
         "sample_ms": env_float("NBRMM_WORKLOAD_SAMPLE_MS", 1.0),
@@ -236,7 +240,8 @@ def nbrmm_pool(cfg):
 
     if cfg["pool_kind"] == "pool":
         pool = nbrmm.mr.PoolMemoryResource(nbrmm.mr.CudaMemoryResource(),
-                                           initial_pool_size=cfg["pool_bytes"])
+                                           initial_pool_size=cfg["pool_bytes"],
+                                           maximum_pool_size=cfg["pool_max_bytes"])
     elif cfg["pool_kind"] == "async":
         pool = nbrmm.mr.CudaAsyncMemoryResource(release_threshold=cfg["release_bytes"])
     else:
