@@ -302,6 +302,12 @@ def test_a_cpp_caller_of_the_current_resource_is_recorded_as_native(host, heap):
 
 def test_cuda_core_allocations_are_tagged_cuda_core(heap):
     interop = pytest.importorskip("nbrmm.interop")
+    if nbrmm.get_device_count() > 0:
+        # With a driver, cuda.core wants its device current before it makes a buffer on
+        # the default stream (a fresh process has no context: nothing here touches CUDA).
+        import cuda.core
+
+        cuda.core.Device(nbrmm.get_current_device()).set_current()
     adapter = interop.to_cuda_core_memory_resource(
         heap.resource(), is_device_accessible=False, is_host_accessible=True
     )
