@@ -182,6 +182,25 @@ def test_a_malformed_cuda_array_interface_is_named(interface, exc, message):
     buf.close()  # nothing of the buffer stayed in use
 
 
+def test_an_interface_property_that_fails_is_not_a_missing_one():
+    """As Python's hasattr (and so rmm) decides: the error a failing
+    ``__cuda_array_interface__`` raises reaches the caller; only a missing one is
+    nbrmm's ValueError."""
+
+    class Failing:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("the array was freed")
+
+    buf = nbrmm.Buffer(16, mr=HostHeap().resource())
+    with pytest.raises(RuntimeError, match="^the array was freed$"):
+        buf.copy_from_device(Failing())
+    with pytest.raises(ValueError, match="^cuda_ary: expected an object with "
+                                         "__cuda_array_interface__, got object$"):
+        buf.copy_from_device(object())
+    buf.close()
+
+
 def test_an_interface_whose_entries_empty_it_is_read_safely():
     """An entry's own code (a tuple subclass's ``__iter__``) that empties the dict, or
     raises, while nbrmm reads it."""

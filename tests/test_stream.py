@@ -118,6 +118,39 @@ def test_the_largest_handles_are_accepted():
         assert nbrmm.Stream(HandleAttribute("ptr", handle)).handle == handle
 
 
+class FailingAttribute:
+    """A stream object whose attribute ``name`` raises when read (a destroyed stream)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attr):
+        if attr == self.name:
+            raise RuntimeError(f"{attr} of a destroyed stream")
+        raise AttributeError(attr)
+
+
+@pytest.mark.parametrize("name", ["__cuda_stream__", "ptr", "cuda_stream", "handle"])
+def test_an_attribute_that_fails_is_not_a_missing_one(name):
+    """As Python's hasattr decides: only AttributeError means the object has no such
+    attribute; another error from its getter reaches the caller, and nothing is made."""
+    heap = HostHeap()
+    mr = heap.resource()
+    with pytest.raises(RuntimeError, match=f"^{name} of a destroyed stream$"):
+        nbrmm.Stream(FailingAttribute(name))
+    with pytest.raises(RuntimeError, match=f"^{name} of a destroyed stream$"):
+        nbrmm.Buffer(16, mr=mr, stream=FailingAttribute(name))
+    with pytest.raises(RuntimeError, match=f"^{name} of a destroyed stream$"):
+        mr.allocate(16, FailingAttribute(name))
+    assert heap.bytes_in_use == 0
+
+
+def test_an_object_without_any_spelling_is_no_stream():
+    with pytest.raises(TypeError, match="^obj: expected an nbrmm.Stream or an object "
+                                        "implementing __cuda_stream__"):
+        nbrmm.Stream(FailingAttribute("unrelated"))
+
+
 def test_flags_only_for_new_streams():
     with pytest.raises(ValueError, match="flags may only be specified when obj is None"):
         nbrmm.Stream(ForeignStream(5), flags=nbrmm.CudaStreamFlags.NON_BLOCKING)

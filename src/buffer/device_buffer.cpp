@@ -335,7 +335,9 @@ class device_source {
       return;
     }
     // A class's __cuda_array_interface__ is the unbound property, not an array's.
-    if (PyType_Check(obj.ptr()) || !nb::hasattr(obj, "__cuda_array_interface__")) {
+    nb::object const interface =
+      PyType_Check(obj.ptr()) ? nb::object{} : optional_attr(obj, "__cuda_array_interface__");
+    if (!interface.is_valid()) {
       // ValueError, as rmm raises for an object without the interface.
       throw nb::value_error((std::string{param} +
                             ": expected an object with __cuda_array_interface__, got " +
@@ -345,7 +347,7 @@ class device_source {
     // Another library's dict, read with checks: a malformed one is that library's error,
     // reported naming the entry (the classes are rmm's: KeyError for a missing entry,
     // TypeError for a wrong type, IndexError for an empty `data`).
-    interface_reader const cai{obj.attr("__cuda_array_interface__"), param};
+    interface_reader const cai{interface, param};
     nb::tuple const shape = cai.sequence("shape");
     std::string const typestr = cai.text("typestr");
     std::size_t itemsize      = 0;

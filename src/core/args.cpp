@@ -141,6 +141,15 @@ void throw_not_initialized(nb::handle self, char const* member, bool property)
   throw nb::type_error((title + type + not_initialized_note).c_str());
 }
 
+nb::object optional_attr(nb::handle obj, char const* name)
+{
+  PyObject* value = PyObject_GetAttrString(obj.ptr(), name);
+  if (value != nullptr) { return nb::steal(value); }
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) { throw nb::python_error(); }
+  PyErr_Clear();
+  return {};
+}
+
 std::string type_of(nb::handle obj, nb::handle expected)
 {
   if (obj.is_none()) { return "None"; }

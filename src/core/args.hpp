@@ -97,6 +97,11 @@ auto method(char const* name, R (*f)(Self, Args...))
 /// (or "pass a member" for an enum).
 std::string type_of(nb::handle obj, nb::handle expected = nb::handle{});
 
+/// The attribute `name` of another library's object, or an empty object when it has none
+/// (AttributeError), as Python's hasattr decides: any other exception its getter raises
+/// propagates (a failing property is not a missing one).
+nb::object optional_attr(nb::handle obj, char const* name);
+
 /// Parses a size argument: a non-negative int or a string such as "1GiB". Raises
 /// TypeError/ValueError naming `param`.
 std::size_t parse_size(nb::handle obj, char const* param);

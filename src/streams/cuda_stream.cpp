@@ -65,7 +65,7 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
                              ": the interpreter is shutting down: streams of other "
                              "libraries are no longer read");
   }
-  if (nb::object method = nb::getattr(obj, "__cuda_stream__", nb::handle{}); method.is_valid()) {
+  if (nb::object method = optional_attr(obj, "__cuda_stream__"); method.is_valid()) {
     nb::object proto = method();
     if (!PyTuple_Check(proto.ptr()) || PyTuple_Size(proto.ptr()) != 2) {
       throw nb::type_error((std::string{param} +
@@ -90,14 +90,13 @@ bool foreign_handle(nb::handle obj, char const* param, cudaStream_t& out, bool c
   }
   // Older spellings: CuPy (.ptr), PyTorch (.cuda_stream), numba-cuda (.handle).
   for (auto [attr, source] : {std::pair{"cuda_stream", ".cuda_stream"}, std::pair{"ptr", ".ptr"}}) {
-    if (nb::hasattr(obj, attr)) {
-      out = handle_from_int(obj.attr(attr), param, source);
+    if (nb::object value = optional_attr(obj, attr); value.is_valid()) {
+      out = handle_from_int(value, param, source);
       return true;
     }
   }
-  if (nb::hasattr(obj, "handle")) {
-    nb::object h = obj.attr("handle");
-    if (nb::hasattr(h, "value")) { h = h.attr("value"); }
+  if (nb::object h = optional_attr(obj, "handle"); h.is_valid()) {
+    if (nb::object value = optional_attr(h, "value"); value.is_valid()) { h = std::move(value); }
     if (h.is_none()) {
       out = nullptr;
       return true;
