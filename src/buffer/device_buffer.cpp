@@ -334,9 +334,12 @@ class device_source {
       size_ = reader_->memory().size();
       return;
     }
-    // A class's __cuda_array_interface__ is the unbound property, not an array's.
+    // A class's __cuda_array_interface__ is the unbound property, not an array's; a Buffer
+    // here is one whose __init__ never ran: no array either (the message says which).
+    bool const no_array = PyType_Check(obj.ptr()) ||
+                          (buffer_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type));
     nb::object const interface =
-      PyType_Check(obj.ptr()) ? nb::object{} : optional_attr(obj, "__cuda_array_interface__");
+      no_array ? nb::object{} : optional_attr(obj, "__cuda_array_interface__");
     if (!interface.is_valid()) {
       // ValueError, as rmm raises for an object without the interface.
       throw nb::value_error((std::string{param} +
