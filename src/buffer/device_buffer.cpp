@@ -228,11 +228,13 @@ PyTypeObject* buffer_type = nullptr;
 
 Buffer& buffer_of(nb::handle obj) { return *nb::inst_ptr<Buffer>(obj); }
 
-bool is_buffer(nb::handle obj) noexcept
+/// Whether `obj` is an nbrmm.Buffer (or of a subclass), its __init__ run or not.
+bool of_buffer_type(nb::handle obj) noexcept
 {
-  return buffer_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type) &&
-         nb::inst_ready(obj);
+  return buffer_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type);
 }
+
+bool is_buffer(nb::handle obj) noexcept { return of_buffer_type(obj) && nb::inst_ready(obj); }
 
 /// The entries of another library's `__cuda_array_interface__`, read with checks; the
 /// messages name `param` and the entry.
@@ -336,10 +338,9 @@ class device_source {
     }
     // A class's __cuda_array_interface__ is the unbound property, not an array's; a Buffer
     // here is one whose __init__ never ran: no array either (the message says which).
-    bool const no_array = PyType_Check(obj.ptr()) ||
-                          (buffer_type != nullptr && PyType_IsSubtype(Py_TYPE(obj.ptr()), buffer_type));
-    nb::object const interface =
-      no_array ? nb::object{} : optional_attr(obj, "__cuda_array_interface__");
+    nb::object const interface = PyType_Check(obj.ptr()) || of_buffer_type(obj)
+                                   ? nb::object{}
+                                   : optional_attr(obj, "__cuda_array_interface__");
     if (!interface.is_valid()) {
       // ValueError, as rmm raises for an object without the interface.
       throw nb::value_error((std::string{param} +
