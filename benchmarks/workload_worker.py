@@ -86,6 +86,12 @@ def env_float(name, default):
         raise SystemExit(f"{name} must be a number, not {value!r}") from None
 
 
+def env_gib_or_none(name):
+    """A size in GiB from the environment, as bytes rounded down to 256; None when unset."""
+    gib = env_float(name, None)
+    return None if gib is None else int(gib * GiB) // 256 * 256
+
+
 def config():
     """The workload's sizes, from ``NBRMM_WORKLOAD_*`` (see the module docstring)."""
     gib = env_float("NBRMM_WORKLOAD_GIB", 2.0)
@@ -109,11 +115,8 @@ def config():
         "runs": int(env_float("NBRMM_WORKLOAD_RUNS", 3)),
         "pool_kind": os.environ.get("NBRMM_WORKLOAD_POOL", "async"),
         "pool_bytes": int(env_float("NBRMM_WORKLOAD_POOL_GIB", gib) * GiB) // 256 * 256,
-        "pool_max_bytes": (None if os.environ.get("NBRMM_WORKLOAD_POOL_MAX_GIB") in (None, "")
-                           else int(env_float("NBRMM_WORKLOAD_POOL_MAX_GIB", 0) * GiB)
-                           // 256 * 256),
-        "release_bytes": (None if os.environ.get("NBRMM_WORKLOAD_RELEASE_GIB") in (None, "")
-                          else int(env_float("NBRMM_WORKLOAD_RELEASE_GIB", 0) * GiB)),
+        "pool_max_bytes": env_gib_or_none("NBRMM_WORKLOAD_POOL_MAX_GIB"),
+        "release_bytes": env_gib_or_none("NBRMM_WORKLOAD_RELEASE_GIB"),
         "sample_ms": env_float("NBRMM_WORKLOAD_SAMPLE_MS", 1.0),
         "seed": 2026,
     }
